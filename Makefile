@@ -1,0 +1,43 @@
+# The two README commands: `make train` and `make test`. Each creates .venv when missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.unilab-installed
+export MUJOCO_GL ?= egl
+# Sim processes want their cores for MuJoCo; torch sets its own threads per process.
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: install train test test-slow lint format bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Main job: train the default task with its best preset (then export and record, as they land).
+train: install
+	$(BIN)/unilab train
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/unilab bench all
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

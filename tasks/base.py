@@ -1,0 +1,224 @@
+"""The task API: observations, rewards, terminations and resets, batched over a sim's envs.
+
+A task owns one `BatchedSim` and computes everything in numpy over all of its envs at once.
+Subclasses provide:
+
+- `build_model()` (default: the robot spec's scene) and `action_to_ctrl(actions)`;
+- `observe() -> {group: (n, d) float32}` with at least a `policy` group;
+- reward terms as methods `reward_<name>(self) -> (n,)`, weighted by `default_reward_weights`
+  overridden by `cfg.reward_weights` (each term is reported, for logging);
+- `terminations() -> {reason: (n,) bool}`;
+- `reset_envs(ids)`: sample new states (and commands) for those envs.
+
+`step()` auto-resets ended envs. It returns the first observation of the new episode for
+those envs in `obs` and the last observation of the old one in `final_obs`, so learners
+can bootstrap time-outs (`truncated`) apart from real ends (`terminated`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+
+from unilab.config.schema import SimConfig, TaskConfig
+from unilab.robots.spec import RobotSpec
+from unilab.robots.validate import load_model
+from unilab.sim.batched_sim import BatchedSim
+
+SIM_UNSTABLE = "sim_unstable"
+TIME_OUT = "time_out"
+
+
+@dataclass
+class StepResult:
+    obs: dict[str, np.ndarray]
+    """Observation groups after auto-reset, (n, d) float32 each."""
+    reward: np.ndarray
+    """(n,) float32, the weighted sum of reward terms times control dt."""
+    terminated: np.ndarray
+    """(n,) bool: the episode ended for a reason inside the MDP (fall, success, instability)."""
+    truncated: np.ndarray
+    """(n,) bool: the episode hit its time limit; bootstrap from final_obs."""
+    final_obs: dict[str, np.ndarray]
+    """Observation groups before the reset; meaningful only where terminated | truncated."""
+    reward_terms: dict[str, np.ndarray]
+    """Each weighted term, (n,), for logging."""
+    episode_return: np.ndarray
+    """(n,) return of the episode that just ended; NaN where none ended."""
+    episode_length: np.ndarray
+    """(n,) length in steps of the episode that just ended; 0 where none ended."""
+    reasons: dict[str, np.ndarray] = field(default_factory=dict)
+    """Termination reason -> (n,) bool, including sim_unstable and time_out."""
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    """Task metrics per env, e.g. success or velocity error; logged as means."""
+
+
+class Task:
+    robot: ClassVar[RobotSpec]
+    control_dt: ClassVar[float]
+    """Seconds between two policy actions; substeps = control_dt / model timestep."""
+    default_reward_weights: ClassVar[dict[str, float]] = {}
+    action_dim: int
+    """Set by subclasses in __init__ (usually the robot's joint count)."""
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        num_envs: int,
+        seed: int = 0,
+        nthread: int = 1,
+        sim_cfg: SimConfig | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.seed = seed
+        self.model = self.build_model()
+        substeps = round(self.control_dt / self.model.opt.timestep)
+        if substeps < 1 or abs(substeps * self.model.opt.timestep - self.control_dt) > 1e-9:
+            raise ValueError(
+                f"task {cfg.name!r}: control_dt={self.control_dt} is not a whole multiple of the "
+                f"model timestep {self.model.opt.timestep}"
+            )
+        self.substeps = substeps
+        sim_cfg = sim_cfg or SimConfig()
+        self.sim = BatchedSim(
+            self.model,
+            num_envs,
+            nthread=nthread,
+            substeps=substeps,
+            seed=seed,
+            check_instability=sim_cfg.check_instability,
+            max_abs_qpos=sim_cfg.max_abs_qpos,
+            max_abs_qvel=sim_cfg.max_abs_qvel,
+        )
+        self.rng = np.random.default_rng(seed)
+        self.max_episode_steps = max(1, round(cfg.episode_length_s / self.control_dt))
+        self.episode_step = np.zeros(num_envs, dtype=np.int64)
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.last_actions = np.zeros((num_envs, 0), dtype=np.float32)
+        self.reward_weights = self._resolve_reward_weights(cfg.reward_weights)
+        self._reward_fns = {name: getattr(self, f"reward_{name}") for name in self.reward_weights}
+
+    # -- to implement -------------------------------------------------------------------
+    def build_model(self) -> mujoco.MjModel:
+        return load_model(self.robot)
+
+    def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} must implement action_to_ctrl")
+
+    def observe(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError(f"{type(self).__name__} must implement observe")
+
+    def terminations(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def reset_envs(self, ids: np.ndarray) -> None:
+        self.sim.reset(ids, keyframe=self.robot.keyframe)
+
+    def task_metrics(self) -> dict[str, np.ndarray]:
+        """Per-env metrics logged as means (e.g. success, tracking error)."""
+        return {}
+
+    # -- the shared machinery ---------------------------------------------------------------
+    def _resolve_reward_weights(self, overrides: dict[str, float]) -> dict[str, float]:
+        weights = dict(self.default_reward_weights)
+        unknown = sorted(set(overrides) - set(weights))
+        if unknown:
+            raise ValueError(
+                f"task {self.cfg.name!r}: unknown reward term(s) {', '.join(unknown)}; "
+                f"terms are {', '.join(sorted(weights))}"
+            )
+        weights.update(overrides)
+        missing = [n for n in weights if not callable(getattr(self, f"reward_{n}", None))]
+        if missing:
+            raise ValueError(f"task {self.cfg.name!r}: no method reward_<name> for {missing}")
+        return {name: float(w) for name, w in weights.items() if w != 0.0}
+
+    @property
+    def obs_dims(self) -> dict[str, int]:
+        return {k: v.shape[1] for k, v in self.observe().items()}
+
+    def reset(self) -> dict[str, np.ndarray]:
+        ids = np.arange(self.num_envs)
+        self.reset_envs(ids)
+        self.episode_step[:] = 0
+        self.episode_return[:] = 0.0
+        self.last_actions = np.zeros((self.num_envs, self.action_dim), dtype=np.float32)
+        return self._noisy(self.observe())
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        actions = np.asarray(actions, dtype=np.float32)
+        if actions.shape != (self.num_envs, self.action_dim):
+            raise ValueError(
+                f"actions have shape {actions.shape}; expected ({self.num_envs}, {self.action_dim})"
+            )
+        actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+        status = self.sim.step(self.action_to_ctrl(actions))
+        self.episode_step += 1
+
+        terms = {n: w * self.control_dt * fn() for n, (w, fn) in self._weighted_fns()}
+        reward = np.sum(list(terms.values()), axis=0) if terms else np.zeros(self.num_envs)
+        reasons = self.terminations()
+        unstable = status.unstable
+        reasons[SIM_UNSTABLE] = unstable
+        terminated = np.logical_or.reduce(list(reasons.values()))
+        truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
+        reasons[TIME_OUT] = truncated
+        reward = np.where(unstable, 0.0, reward).astype(np.float32)
+        self.last_actions = actions
+        self.episode_return += reward
+        metrics = self.task_metrics()
+
+        obs = self.observe()
+        done = terminated | truncated
+        episode_return = np.where(done, self.episode_return, np.nan)
+        episode_length = np.where(done, self.episode_step, 0)
+        final_obs = obs
+        if done.any():
+            final_obs = {k: v.copy() for k, v in obs.items()}
+            ids = np.flatnonzero(done)
+            self.reset_envs(ids)
+            self.episode_step[ids] = 0
+            self.episode_return[ids] = 0.0
+            self.last_actions[ids] = 0.0
+            obs = self.observe()
+        return StepResult(
+            obs=self._noisy(obs),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            reward_terms={k: v.astype(np.float32) for k, v in terms.items()},
+            episode_return=episode_return.astype(np.float32),
+            episode_length=episode_length,
+            reasons=reasons,
+            extras=metrics,
+        )
+
+    def _weighted_fns(self) -> list[tuple[str, tuple[float, Any]]]:
+        return [(n, (w, self._reward_fns[n])) for n, w in self.reward_weights.items()]
+
+    def _noisy(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.cfg.obs_noise <= 0.0:
+            return obs
+        policy = obs["policy"]
+        noise = self.rng.uniform(-1.0, 1.0, size=policy.shape).astype(np.float32)
+        return {**obs, "policy": policy + self.cfg.obs_noise * noise}
+
+    def metadata(self) -> dict[str, Any]:
+        """What export writes next to the policy."""
+        spec = self.robot
+        return {
+            "task": self.cfg.name,
+            "robot": spec.name,
+            "joint_names": list(spec.joint_names),
+            "default_pose": list(spec.default_pose),
+            "kp": list(spec.kp),
+            "kd": list(spec.kd),
+            "action_scale": spec.action_scale,
+            "control_dt": self.control_dt,
+            "obs_dims": self.obs_dims,
+        }

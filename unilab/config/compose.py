@@ -1,0 +1,223 @@
+"""Compose a `Config` from registered defaults, a YAML preset, a saved config and CLI overrides.
+
+Order (later wins): dataclass defaults of the chosen task and algorithm → the preset
+`configs/<task>/<algo>.yaml` (or `preset=NAME|PATH`) → `config=PATH` / `resume=RUN_DIR`'s
+saved config → dotted `key=value` overrides. Every problem is collected and raised as one
+`ConfigError` before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from unilab.config.errors import ConfigError
+from unilab.config.schema import DEFAULT_TASK, Config
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
+SPECIAL_KEYS = ("task", "algo", "preset", "config", "resume")
+
+
+def parse_overrides(tokens: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Split `key=value` tokens into special keys (task, algo, ...) and dotted overrides."""
+    special: dict[str, str] = {}
+    dotted: list[tuple[str, str]] = []
+    problems = []
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            problems.append(f"argument {token!r} is not of the form key=value (e.g. algo.lr=3e-4)")
+        elif key in SPECIAL_KEYS:
+            special[key] = value
+        else:
+            dotted.append((key, value))
+    if problems:
+        raise ConfigError(problems)
+    return special, dotted
+
+
+def load_yaml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{what} file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def preset_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    return PRESET_DIR / f"{name_or_path}.yaml"
+
+
+def list_presets() -> list[str]:
+    return sorted(str(p.relative_to(PRESET_DIR).with_suffix("")) for p in PRESET_DIR.glob("*/*.yaml"))
+
+
+def _is_strict(node: DictConfig) -> bool:
+    """Structured (dataclass) nodes reject unknown keys; plain dict fields accept any key."""
+    return dataclasses.is_dataclass(OmegaConf.get_type(node))
+
+
+def _check_key(cfg: DictConfig, dotted: str) -> str | None:
+    node: Any = cfg
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        section = ".".join(parts[:depth]) or "top level"
+        if not isinstance(node, DictConfig):
+            return f"unknown key {dotted!r}: {'.'.join(parts[:depth])} is a value, not a section"
+        if part not in node:
+            if not _is_strict(node):
+                return None
+            valid = [str(k) for k in node]
+            close = difflib.get_close_matches(part, valid, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            return (
+                f"unknown key {dotted!r}: {part!r} is not in section {section}{hint} "
+                f"(valid keys: {', '.join(valid)})"
+            )
+        node = node[part]
+    return None
+
+
+def _expected_type(cfg: DictConfig, dotted: str) -> str:
+    parent_key, _, leaf = dotted.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    cls = OmegaConf.get_type(parent) if isinstance(parent, DictConfig) else None
+    if cls is not None and dataclasses.is_dataclass(cls):
+        hint = typing.get_type_hints(cls).get(leaf)
+        if hint is not None:
+            return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+    return "a value of the field's type"
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            items.extend(_flatten(value, dotted + "."))
+        else:
+            items.append((dotted, value))
+    return items
+
+
+def _apply(cfg: DictConfig, items: list[tuple[str, Any]], origin: str, problems: list[str]) -> None:
+    for dotted, value in items:
+        if dotted in ("task.name", "algo.name"):
+            continue  # chosen before composing; the registry classes fix them
+        problem = _check_key(cfg, dotted)
+        if problem:
+            problems.append(f"{origin}: {problem}")
+            continue
+        try:
+            OmegaConf.update(cfg, dotted, value, merge=True)
+        except OmegaConfBaseException:
+            problems.append(
+                f"{origin}: {dotted}={value!r} has the wrong type; expected {_expected_type(cfg, dotted)}"
+            )
+
+
+def _parse_value(raw: str) -> Any:
+    """CLI values use YAML scalars (1, 0.5, true, null, [1,2]); 3e-4 counts as a float."""
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in "eE.") and value.strip() else value
+        except ValueError:
+            return value
+    return value
+
+
+def compose(tokens: list[str]) -> Config:
+    """Build and validate a `Config` from CLI tokens; raises `ConfigError` on any problem."""
+    from unilab.algos.registry import ALGORITHMS
+    from unilab.tasks.registry import TASKS
+
+    special, dotted = parse_overrides(tokens)
+    base: dict[str, Any] = {}
+    if "config" in special:
+        base = load_yaml(Path(special["config"]), "config")
+    if "resume" in special:
+        run_dir = Path(special["resume"])
+        if not run_dir.is_dir():
+            raise ConfigError(f"resume: run directory not found: {run_dir}")
+        base = load_yaml(run_dir / "config.yaml", "resume config")
+        base.setdefault("run", {})["resume"] = str(run_dir)
+
+    task_name = special.get("task") or base.get("task", {}).get("name") or DEFAULT_TASK
+    if task_name not in TASKS:
+        raise ConfigError(TASKS.unknown_message(task_name))
+    task_entry = TASKS.get(task_name)
+    algo_name = special.get("algo") or base.get("algo", {}).get("name") or task_entry.default_algo
+    if algo_name not in ALGORITHMS:
+        raise ConfigError(ALGORITHMS.unknown_message(algo_name))
+    algo_entry = ALGORITHMS.get(algo_name)
+
+    cfg = OmegaConf.structured(
+        Config(task=task_entry.config_cls(name=task_name), algo=algo_entry.config_cls(name=algo_name))
+    )
+    problems: list[str] = []
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if "preset" in special:
+        path = preset_path(special["preset"])
+        layers.append((f"preset {path}", load_yaml(path, "preset")))
+    elif not base:
+        auto = PRESET_DIR / task_name / f"{algo_name}.yaml"
+        if auto.is_file():
+            layers.append((f"preset {auto}", load_yaml(auto, "preset")))
+    if base:
+        layers.append(("saved config", base))
+    for origin, data in layers:
+        _apply(cfg, _flatten(data), origin, problems)
+    _apply(cfg, [(k, _parse_value(v)) for k, v in dotted], "command line", problems)
+    if problems:
+        raise ConfigError(problems)
+    config = typing.cast(Config, OmegaConf.to_object(cfg))
+    validate(config)
+    return config
+
+
+def validate(cfg: Config) -> None:
+    """Checks that types alone cannot express."""
+    problems = []
+    if cfg.runtime.mode not in ("sync", "async"):
+        problems.append(f"runtime.mode={cfg.runtime.mode!r} is not valid; expected sync or async")
+    for key, value in (
+        ("sim.num_envs", cfg.sim.num_envs),
+        ("runtime.num_workers", cfg.runtime.num_workers),
+        ("runtime.threads_per_worker", cfg.runtime.threads_per_worker),
+        ("runtime.chunk_len", cfg.runtime.chunk_len),
+        ("runtime.slots_per_worker", cfg.runtime.slots_per_worker),
+        ("run.total_env_steps", cfg.run.total_env_steps),
+    ):
+        if value < 1:
+            problems.append(f"{key}={value} must be at least 1")
+    if cfg.sim.num_envs < cfg.runtime.num_workers:
+        problems.append(
+            f"sim.num_envs={cfg.sim.num_envs} is smaller than runtime.num_workers="
+            f"{cfg.runtime.num_workers}; each worker needs at least one env"
+        )
+    if problems:
+        raise ConfigError(problems)
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

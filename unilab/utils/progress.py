@@ -1,0 +1,63 @@
+"""The progress bar of long runs: env steps/s, mean return and ETA; silent in quiet mode."""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class TrainingProgress:
+    def __init__(self, total_steps: int, description: str, quiet: bool) -> None:
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task = None
+        self.total = total_steps
+        self.description = description
+
+    def __enter__(self) -> TrainingProgress:
+        if not self.quiet:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[sps]:>8} steps/s"),
+                TextColumn("return {task.fields[ret]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total, sps="-", ret="-")
+        return self
+
+    def update(self, steps: int, steps_per_s: float, mean_return: float | None) -> None:
+        if self._progress is not None and self._task is not None:
+            ret = "-" if mean_return is None else f"{mean_return:.2f}"
+            self._progress.update(
+                self._task, completed=min(steps, self.total), sps=f"{steps_per_s:,.0f}", ret=ret
+            )
+
+    def print(self, message: str) -> None:
+        self.console.print(message, highlight=False)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()
