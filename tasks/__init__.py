@@ -1,1 +1,7 @@
-"""unilab.tasks."""
+"""Tasks: observations, rewards, terminations and resets, batched over envs. Importing this
+package registers every task."""
+
+from unilab.tasks import cartpole_balance
+from unilab.tasks.registry import TASKS, make_task, register_task
+
+__all__ = ["TASKS", "cartpole_balance", "make_task", "register_task"]

@@ -61,6 +61,8 @@ class Task:
     control_dt: ClassVar[float]
     """Seconds between two policy actions; substeps = control_dt / model timestep."""
     default_reward_weights: ClassVar[dict[str, float]] = {}
+    action_clip: ClassVar[float] = 1.0
+    """Actions are clipped to [-action_clip, action_clip] before action_to_ctrl."""
     action_dim: int
     """Set by subclasses in __init__ (usually the robot's joint count)."""
 
@@ -98,7 +100,9 @@ class Task:
         self.max_episode_steps = max(1, round(cfg.episode_length_s / self.control_dt))
         self.episode_step = np.zeros(num_envs, dtype=np.int64)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
-        self.last_actions = np.zeros((num_envs, 0), dtype=np.float32)
+        # The current and previous actions, (n, action_dim), for action-rate terms.
+        self.actions = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        self.prev_actions = np.zeros((num_envs, self.action_dim), dtype=np.float32)
         self.reward_weights = self._resolve_reward_weights(cfg.reward_weights)
         self._reward_fns = {name: getattr(self, f"reward_{name}") for name in self.reward_weights}
 
@@ -146,7 +150,8 @@ class Task:
         self.reset_envs(ids)
         self.episode_step[:] = 0
         self.episode_return[:] = 0.0
-        self.last_actions = np.zeros((self.num_envs, self.action_dim), dtype=np.float32)
+        self.actions[:] = 0.0
+        self.prev_actions[:] = 0.0
         return self._noisy(self.observe())
 
     def step(self, actions: np.ndarray) -> StepResult:
@@ -155,7 +160,9 @@ class Task:
             raise ValueError(
                 f"actions have shape {actions.shape}; expected ({self.num_envs}, {self.action_dim})"
             )
-        actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
+        lim = self.action_clip
+        actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=lim, neginf=-lim), -lim, lim)
+        self.prev_actions, self.actions = self.actions, actions
         status = self.sim.step(self.action_to_ctrl(actions))
         self.episode_step += 1
 
@@ -168,7 +175,6 @@ class Task:
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         reasons[TIME_OUT] = truncated
         reward = np.where(unstable, 0.0, reward).astype(np.float32)
-        self.last_actions = actions
         self.episode_return += reward
         metrics = self.task_metrics()
 
@@ -183,7 +189,8 @@ class Task:
             self.reset_envs(ids)
             self.episode_step[ids] = 0
             self.episode_return[ids] = 0.0
-            self.last_actions[ids] = 0.0
+            self.actions[ids] = 0.0
+            self.prev_actions[ids] = 0.0
             obs = self.observe()
         return StepResult(
             obs=self._noisy(obs),

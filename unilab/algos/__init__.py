@@ -1,1 +1,6 @@
-"""unilab.algos."""
+"""Learners. Importing this package registers every algorithm."""
+
+from unilab.algos import ppo
+from unilab.algos.registry import ALGORITHMS, register_algo
+
+__all__ = ["ALGORITHMS", "ppo", "register_algo"]

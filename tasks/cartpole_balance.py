@@ -1,0 +1,90 @@
+"""Cart-pole balance: keep the pole upright and the cart near the centre. The smoke-test task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from unilab.config.schema import TaskConfig
+from unilab.robots import get_robot
+from unilab.robots.spec import RobotSpec
+from unilab.tasks.base import Task
+from unilab.tasks.registry import register_task
+
+
+@dataclass
+class CartpoleBalanceConfig(TaskConfig):
+    name: str = "cartpole_balance"
+    episode_length_s: float = 10.0
+    max_pole_angle: float = 0.6
+    """The episode terminates when |pole angle| exceeds this (rad)."""
+    max_cart_pos: float = 2.0
+    """The episode terminates when |cart position| exceeds this (m)."""
+    init_angle: float = 0.15
+    """Initial pole angle is uniform in [-init_angle, init_angle] (rad)."""
+
+
+@register_task("cartpole_balance", CartpoleBalanceConfig)
+class CartpoleBalance(Task):
+    """Balance a pole on a cart with a force on the cart (1 action, 4 observations)."""
+
+    robot: ClassVar[RobotSpec] = get_robot("cartpole")
+    control_dt: ClassVar[float] = 0.02
+    # Each term is in [0, 1] or a small penalty, times control_dt: the best return is
+    # episode_length_s (10 for the default 10 s episode).
+    default_reward_weights: ClassVar[dict[str, float]] = {
+        "upright": 1.0,
+        "centered": 0.0,
+        "cart_velocity": -0.01,
+        "pole_velocity": -0.005,
+        "action_rate": -0.01,
+    }
+
+    cfg: CartpoleBalanceConfig
+
+    def __init__(self, cfg: CartpoleBalanceConfig, **kwargs: object) -> None:
+        self.action_dim = 1
+        super().__init__(cfg, **kwargs)  # type: ignore[arg-type]
+
+    def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
+        return actions.astype(np.float64)
+
+    def observe(self) -> dict[str, np.ndarray]:
+        q, v = self.sim.qpos, self.sim.qvel
+        policy = np.stack([q[:, 0], np.cos(q[:, 1]), np.sin(q[:, 1]), v[:, 0], v[:, 1]], axis=1)
+        return {"policy": policy.astype(np.float32)}
+
+    def reward_upright(self) -> np.ndarray:
+        return np.clip(np.cos(self.sim.qpos[:, 1]), 0.0, 1.0)
+
+    def reward_centered(self) -> np.ndarray:
+        return np.exp(-np.square(self.sim.qpos[:, 0]))
+
+    def reward_cart_velocity(self) -> np.ndarray:
+        return np.square(self.sim.qvel[:, 0])
+
+    def reward_pole_velocity(self) -> np.ndarray:
+        return np.square(self.sim.qvel[:, 1])
+
+    def reward_action_rate(self) -> np.ndarray:
+        return np.sum(np.square(self.actions - self.prev_actions), axis=1)
+
+    def terminations(self) -> dict[str, np.ndarray]:
+        q = self.sim.qpos
+        return {
+            "pole_fell": np.abs(q[:, 1]) > self.cfg.max_pole_angle,
+            "cart_out": np.abs(q[:, 0]) > self.cfg.max_cart_pos,
+        }
+
+    def reset_envs(self, ids: np.ndarray) -> None:
+        n = len(ids)
+        qpos = np.zeros((n, 2))
+        qpos[:, 0] = self.rng.uniform(-0.2, 0.2, n)
+        qpos[:, 1] = self.rng.uniform(-self.cfg.init_angle, self.cfg.init_angle, n)
+        qvel = self.rng.uniform(-0.05, 0.05, (n, 2))
+        self.sim.reset(ids, qpos=qpos, qvel=qvel)
+
+    def task_metrics(self) -> dict[str, np.ndarray]:
+        return {"pole_angle_abs": np.abs(self.sim.qpos[:, 1])}

@@ -1,0 +1,175 @@
+"""PPO: GAE, clipped surrogate, clipped value loss, entropy bonus, KL-adaptive learning rate.
+
+Read top to bottom: config, networks, advantages, update. Time-outs are bootstrapped with
+the critic's value of the pre-reset observation (`next_obs.<critic group>`), so only real
+terminations cut the return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from unilab.algos.base import Algorithm
+from unilab.algos.registry import register_algo
+from unilab.config.schema import AlgoConfig
+from unilab.policies.actor_critic import GaussianActor, ValueCritic
+
+
+@dataclass
+class PPOConfig(AlgoConfig):
+    name: str = "ppo"
+    lr: float = 1e-3
+    """Adam learning rate (the starting point when schedule=adaptive)."""
+    schedule: str = "adaptive"
+    """adaptive: scale lr to keep the KL near desired_kl; fixed: keep lr."""
+    desired_kl: float = 0.01
+    """Target KL between the old and new policy per update (adaptive schedule)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    num_epochs: int = 5
+    """Passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass."""
+    clip: float = 0.2
+    """Surrogate clip range."""
+    value_clip: float = 0.2
+    """Value-loss clip range around the old value; 0 disables clipping."""
+    value_coef: float = 1.0
+    """Weight of the value loss."""
+    entropy_coef: float = 0.005
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip."""
+    actor_hidden: list[int] = field(default_factory=lambda: [256, 128, 64])
+    """Hidden layer widths of the actor MLP."""
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 128, 64])
+    """Hidden layer widths of the critic MLP."""
+    activation: str = "elu"
+    """Hidden activation: elu, relu, tanh, silu, gelu."""
+    init_std: float = 1.0
+    """Initial action standard deviation."""
+
+
+@register_algo("ppo", PPOConfig)
+class PPO(Algorithm):
+    """Proximal Policy Optimization (on-policy), synchronous batches."""
+
+    def __init__(self, cfg: PPOConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device) -> None:
+        super().__init__(cfg, obs_dims, action_dim, device)
+        self.cfg: PPOConfig = cfg
+        self.actor = self.build_actor(cfg, obs_dims, action_dim).to(device)
+        self.critic = ValueCritic(obs_dims[self.critic_group], cfg.critic_hidden, cfg.activation).to(device)
+        self.optimizer = torch.optim.Adam(
+            [*self.actor.parameters(), *self.critic.parameters()], lr=cfg.lr
+        )
+        self.lr = cfg.lr
+
+    @staticmethod
+    def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> nn.Module:
+        return GaussianActor(obs_dims["policy"], action_dim, cfg.actor_hidden, cfg.activation, cfg.init_std)
+
+    # -- advantages -------------------------------------------------------------------------
+    @torch.no_grad()
+    def advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """GAE over (T, N): returns (values, advantages, returns)."""
+        group = self.critic_group
+        values = self.critic(batch[f"obs.{group}"])
+        next_values = self.critic(batch[f"next_obs.{group}"])
+        reward, terminated = batch["reward"], batch["terminated"]
+        done = torch.clamp(terminated + batch["truncated"], max=1.0)
+        deltas = reward + self.cfg.gamma * (1.0 - terminated) * next_values - values
+        adv = torch.zeros_like(values)
+        running = torch.zeros_like(values[0])
+        for t in range(values.shape[0] - 1, -1, -1):
+            running = deltas[t] + self.cfg.gamma * self.cfg.lam * (1.0 - done[t]) * running
+            adv[t] = running
+        return values, adv, adv + values
+
+    # -- update -----------------------------------------------------------------------------
+    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None) -> dict[str, float]:
+        cfg = self.cfg
+        self.actor.normalizer.update(batch["obs.policy"])
+        self.critic.normalizer.update(batch[f"obs.{self.critic_group}"])
+        values, adv, returns = self.advantages(batch)
+
+        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
+        old_values, adv, returns = values.reshape(-1), adv.reshape(-1), returns.reshape(-1)
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        is_weight = torch.ones_like(adv) if weights is None else weights.reshape(-1)
+        n = adv.shape[0]
+        mb_size = max(1, n // cfg.num_minibatches)
+        stats: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0}
+        count = 0
+        for _ in range(cfg.num_epochs):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n - mb_size + 1, mb_size):
+                idx = perm[start : start + mb_size]
+                dist = self.actor.distribution(flat["obs.policy"][idx])
+                logp = dist.log_prob(flat["action"][idx]).sum(-1)
+                log_ratio = logp - flat["logprob"][idx]
+                ratio = log_ratio.exp()
+                a = adv[idx]
+                surrogate = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))
+                policy_loss = (is_weight[idx] * surrogate).mean()
+
+                value = self.critic(flat[f"obs.{self.critic_group}"][idx])
+                value_loss = (value - returns[idx]).square()
+                if cfg.value_clip > 0:
+                    clipped = old_values[idx] + (value - old_values[idx]).clamp(-cfg.value_clip, cfg.value_clip)
+                    value_loss = torch.max(value_loss, (clipped - returns[idx]).square())
+                value_loss = value_loss.mean()
+                entropy = dist.entropy().sum(-1).mean()
+                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_([*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm)
+                self.optimizer.step()
+
+                with torch.no_grad():
+                    kl = ((ratio - 1) - log_ratio).mean()  # low-variance KL estimator (Schulman)
+                    self._adapt_lr(float(kl))
+                    stats["policy_loss"] += float(policy_loss)
+                    stats["value_loss"] += float(value_loss)
+                    stats["entropy"] += float(entropy)
+                    stats["kl"] += float(kl)
+                    stats["clip_frac"] += float(((ratio - 1).abs() > cfg.clip).float().mean())
+                count += 1
+        out = {k: v / max(count, 1) for k, v in stats.items()}
+        out["lr"] = self.lr
+        out["action_std"] = float(self.actor.log_std.exp().mean())
+        out["value_mean"] = float(old_values.mean())
+        return out
+
+    def _adapt_lr(self, kl: float) -> None:
+        if self.cfg.schedule != "adaptive":
+            return
+        if kl > 2.0 * self.cfg.desired_kl:
+            self.lr = max(1e-5, self.lr / 1.5)
+        elif 0.0 < kl < 0.5 * self.cfg.desired_kl:
+            self.lr = min(1e-2, self.lr * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self.lr,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr = float(state["lr"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
