@@ -1,0 +1,65 @@
+"""Run control in shared memory: a stop flag and one heartbeat word per worker.
+
+Plain words instead of multiprocessing Events or Locks: a worker SIGKILLed while holding a
+multiprocessing lock would leave it held forever; a word in shared memory cannot be held.
+Heartbeats are time.monotonic() values; CLOCK_MONOTONIC is system-wide, so the supervisor
+can compare them with its own clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from unilab.runtime.shm import Segment, SegmentOwner
+
+_HEADER_BYTES = 64
+NOT_STARTED = 0.0  # heartbeat value before a worker's first beat
+
+
+@dataclass(frozen=True)
+class ControlHandle:
+    segment_name: str
+    segment_size: int
+    num_workers: int
+
+
+class ControlBlock:
+    def __init__(self, segment: Segment, num_workers: int) -> None:
+        self.num_workers = num_workers
+        self._segment = segment
+        self._flags = segment.array(np.int64, (8,), 0)
+        self._beats = segment.array(np.float64, (num_workers,), _HEADER_BYTES)
+
+    @classmethod
+    def create(cls, owner: SegmentOwner, num_workers: int, *, name: str = "ctl") -> ControlBlock:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        return cls(owner.create(name, _HEADER_BYTES + 8 * num_workers), num_workers)
+
+    @classmethod
+    def attach(cls, handle: ControlHandle) -> ControlBlock:
+        return cls(Segment.attach(handle.segment_name, handle.segment_size), handle.num_workers)
+
+    def handle(self) -> ControlHandle:
+        return ControlHandle(self._segment.name, self._segment.size, self.num_workers)
+
+    def request_stop(self) -> None:
+        self._flags[0] = 1
+
+    def stop_requested(self) -> bool:
+        return bool(self._flags[0])
+
+    def beat(self, worker_id: int) -> None:
+        self._beats[worker_id] = time.monotonic()
+
+    def reset_beat(self, worker_id: int) -> None:
+        self._beats[worker_id] = NOT_STARTED
+
+    def last_beat(self, worker_id: int) -> float:
+        return float(self._beats[worker_id])
+
+    def close(self) -> None:
+        self._segment.close()

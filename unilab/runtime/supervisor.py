@@ -1,0 +1,321 @@
+"""Starts, watches, replaces and stops worker processes.
+
+The learner calls `poll()` from its loop (cheap: it returns at once unless `poll_interval_s`
+passed). A worker that exited abnormally, or whose heartbeat is older than `hang_timeout_s`
+(older than `start_timeout_s` before its first beat), is killed if needed, reaped, its
+unpublished ring slots are discarded, and a replacement starts with a fresh seed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from unilab.runtime.control import NOT_STARTED, ControlBlock
+from unilab.runtime.ring import RingBuffer
+from unilab.runtime.shm import SegmentOwner, sweep_stale_segments
+from unilab.runtime.weights import WeightStore
+from unilab.runtime.worker_base import WorkerContext, WorkerLaunch, run_worker
+
+log = logging.getLogger("unilab.runtime")
+
+
+class WorkerFailure(RuntimeError):
+    """Workers keep failing: the restart budget is spent."""
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    kind: str  # "died" | "hung" | "exited" | "error"
+    worker_id: int
+    generation: int
+    pid: int | None
+    exitcode: int | None = None
+    discarded_chunks: int = 0
+    restarted: bool = False
+    detail: str = ""
+
+
+def worker_fn_path(fn: str | Callable[[WorkerContext], None]) -> str:
+    """'module:function' for an importable top-level function (or the string itself)."""
+    if isinstance(fn, str):
+        return fn
+    qualname = getattr(fn, "__qualname__", "")
+    module = getattr(fn, "__module__", None)
+    if not module or not qualname or "<" in qualname:
+        raise ValueError(
+            f"worker function {fn!r} is not importable by name; define it at module top level"
+        )
+    return f"{module}:{qualname}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        worker_fn: str | Callable[[WorkerContext], None],
+        num_workers: int,
+        *,
+        owner: SegmentOwner | None = None,
+        ring: RingBuffer | None = None,
+        weights: WeightStore | None = None,
+        config: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        hang_timeout_s: float = 1.0,
+        start_timeout_s: float = 60.0,
+        max_restarts: int | None = 100,
+        poll_interval_s: float = 0.02,
+        sweep_stale: bool = True,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if ring is not None and ring.num_workers != num_workers:
+            raise ValueError(
+                f"ring was built for {ring.num_workers} workers, supervisor has {num_workers}"
+            )
+        if hang_timeout_s <= 0 or start_timeout_s <= 0:
+            raise ValueError("hang_timeout_s and start_timeout_s must be positive")
+        self.worker_fn = worker_fn_path(worker_fn)
+        self.num_workers = num_workers
+        self.owner = owner or (ring.owner if ring is not None else SegmentOwner())
+        self.ring = ring
+        self.weights = weights
+        self.config = dict(config or {})
+        _check_plain(self.config, "config")
+        self.seed = seed
+        self.hang_timeout_s = hang_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.max_restarts = max_restarts
+        self.poll_interval_s = poll_interval_s
+        self._sweep_stale = sweep_stale
+        self._mp = mp.get_context("spawn")
+        self._control: ControlBlock | None = None
+        self._procs: list[BaseProcess | None] = [None] * num_workers
+        self._error_conns: list[Connection | None] = [None] * num_workers
+        self._generation = [0] * num_workers
+        self._started_at = [0.0] * num_workers
+        self._last_poll = 0.0
+        self._state = "new"  # new -> running -> stopping -> stopped
+        self.errors: list[str] = []
+        """Formatted tracebacks from workers, newest last."""
+        self.counts = {"deaths": 0, "hangs": 0, "restarts": 0, "exits": 0, "discarded_chunks": 0}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Supervisor:
+        if self._state != "new":
+            raise RuntimeError(f"start(): supervisor is {self._state}")
+        if self._sweep_stale:
+            for name in sweep_stale_segments():
+                log.warning("removed shared memory left by a dead run: /dev/shm/%s", name)
+        self._control = ControlBlock.create(self.owner, self.num_workers)
+        atexit.register(self.shutdown)
+        self._state = "running"
+        for worker_id in range(self.num_workers):
+            self._start_worker(worker_id)
+        return self
+
+    def __enter__(self) -> Supervisor:
+        return self.start() if self._state == "new" else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every worker, reap it, unlink every segment of the run. Idempotent."""
+        if self._state == "stopped":
+            return
+        self._state = "stopping"
+        if self._control is not None:
+            self._control.request_stop()
+        deadline = time.monotonic() + timeout
+        for proc in self._procs:
+            if proc is not None:
+                proc.join(max(0.0, deadline - time.monotonic()))
+        for escalate in ("terminate", "kill"):
+            for proc in self._procs:
+                if proc is not None and proc.exitcode is None:
+                    log.warning("worker pid %s did not stop in time: %s", proc.pid, escalate)
+                    getattr(proc, escalate)()
+                    proc.join(2.0)
+        for worker_id in range(self.num_workers):
+            self._collect_errors(worker_id, until_eof=True)
+            proc = self._procs[worker_id]
+            if proc is not None:
+                proc.close()
+            self._procs[worker_id] = None
+        if self.ring is not None:
+            self.ring.close()
+        if self._control is not None:
+            self._control.close()
+        self.owner.unlink_all()
+        atexit.unregister(self.shutdown)
+        self._state = "stopped"
+
+    # -- watching ------------------------------------------------------------------------
+
+    def poll(self, *, force: bool = False) -> list[WorkerEvent]:
+        """Detect dead or hung workers and replace them; call it from the learner loop."""
+        if self._state != "running":
+            return []
+        now = time.monotonic()
+        if not force and now - self._last_poll < self.poll_interval_s:
+            return []
+        self._last_poll = now
+        assert self._control is not None
+        events: list[WorkerEvent] = []
+        for worker_id, proc in enumerate(self._procs):
+            if proc is None:
+                continue
+            events.extend(self._collect_errors(worker_id))
+            if proc.exitcode is not None:
+                kind = "exited" if proc.exitcode == 0 else "died"
+            else:
+                beat = self._control.last_beat(worker_id)
+                if beat == NOT_STARTED:
+                    stale = now - self._started_at[worker_id] > self.start_timeout_s
+                else:
+                    stale = now - beat > self.hang_timeout_s
+                if not stale:
+                    continue
+                kind = "hung"
+                proc.kill()  # also ends a SIGSTOPped process
+            events.append(self._retire(worker_id, kind))
+        return events
+
+    def _retire(self, worker_id: int, kind: str) -> WorkerEvent:
+        proc = self._procs[worker_id]
+        assert proc is not None
+        proc.join(5.0)
+        if proc.exitcode is None:
+            raise WorkerFailure(f"worker {worker_id} (pid {proc.pid}) could not be reaped")
+        self._collect_errors(worker_id, until_eof=True)
+        discarded = self.ring.discard_worker_slots(worker_id) if self.ring is not None else 0
+        generation, pid, exitcode = self._generation[worker_id], proc.pid, proc.exitcode
+        proc.close()
+        self._procs[worker_id] = None
+        self.counts["discarded_chunks"] += discarded
+        self.counts[{"died": "deaths", "hung": "hangs", "exited": "exits"}[kind]] += 1
+        restart = kind != "exited"
+        if kind == "exited":
+            log.info("worker %d (pid %s) finished", worker_id, pid)
+        else:
+            log.warning(
+                "worker %d (generation %d, pid %s) %s (exit code %s); %d unpublished chunk(s) "
+                "discarded; restarting",
+                worker_id, generation, pid, kind, exitcode, discarded,
+            )  # fmt: skip
+        if restart:
+            if self.max_restarts is not None and self.counts["restarts"] >= self.max_restarts:
+                last = self.errors[-1] if self.errors else "(no traceback)"
+                raise WorkerFailure(
+                    f"workers failed {self.counts['restarts'] + 1} times "
+                    f"(max_restarts={self.max_restarts}); last error:\n{last}"
+                )
+            self.counts["restarts"] += 1
+            self._generation[worker_id] += 1
+            self._start_worker(worker_id)
+        return WorkerEvent(kind, worker_id, generation, pid, exitcode, discarded, restart)
+
+    def _collect_errors(self, worker_id: int, *, until_eof: bool = False) -> list[WorkerEvent]:
+        conn = self._error_conns[worker_id]
+        if conn is None:
+            return []
+        events = []
+        try:
+            while conn.poll(0):
+                text = conn.recv_bytes().decode("utf-8", "replace")
+                self.errors.append(text)
+                log.error("%s", text)
+                proc = self._procs[worker_id]
+                events.append(
+                    WorkerEvent(
+                        "error",
+                        worker_id,
+                        self._generation[worker_id],
+                        proc.pid if proc is not None else None,
+                        detail=text,
+                    )
+                )
+        except (EOFError, OSError):
+            until_eof = True  # the worker's end is closed: nothing more will come
+        if until_eof:
+            conn.close()
+            self._error_conns[worker_id] = None
+        return events
+
+    def _start_worker(self, worker_id: int) -> None:
+        assert self._control is not None
+        generation = self._generation[worker_id]
+        read_conn, write_conn = self._mp.Pipe(duplex=False)
+        launch = WorkerLaunch(
+            worker_fn=self.worker_fn,
+            worker_id=worker_id,
+            generation=generation,
+            # Unique per (worker, generation): a replacement never repeats a seed.
+            seed=self.seed + worker_id + self.num_workers * generation,
+            parent_pid=os.getpid(),
+            control=self._control.handle(),
+            errors=write_conn,
+            ring=self.ring.handle(worker_id) if self.ring is not None else None,
+            weights=self.weights.handle() if self.weights is not None else None,
+            config=self.config,
+        )
+        self._control.reset_beat(worker_id)
+        proc = self._mp.Process(
+            target=run_worker, args=(launch,), name=f"unilab-worker-{worker_id}", daemon=True
+        )
+        proc.start()
+        write_conn.close()  # the worker holds the only write end, so its exit gives EOF
+        self._procs[worker_id] = proc
+        self._error_conns[worker_id] = read_conn
+        self._started_at[worker_id] = time.monotonic()
+
+    # -- inspection ----------------------------------------------------------------------
+
+    def pids(self) -> list[int | None]:
+        return [p.pid if p is not None else None for p in self._procs]
+
+    def generations(self) -> list[int]:
+        return list(self._generation)
+
+    def worker_running(self, worker_id: int) -> bool:
+        """True once the worker's current process has sent its first heartbeat."""
+        return (
+            self._control is not None
+            and self._procs[worker_id] is not None
+            and self._control.last_beat(worker_id) != NOT_STARTED
+        )
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+_PLAIN_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Worker config crosses into new processes: plain values only (no arbitrary objects)."""
+    if isinstance(value, _PLAIN_SCALARS):
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: keys must be str, got {key!r}")
+            _check_plain(item, f"{where}.{key}")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}; worker config holds only str, int, float, "
+        "bool, bytes, None, lists and dicts (convert OmegaConf with OmegaConf.to_container)"
+    )

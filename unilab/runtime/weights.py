@@ -1,0 +1,187 @@
+"""Double-buffered shared weight block with a seqlock: one writer, many readers, no locks.
+
+Control words (int64): LATEST (newest complete version), and per buffer b in {0, 1} a
+sequence counter SEQ[b] and the version VER[b] it holds. Version v goes to buffer v % 2:
+
+    writer:  SEQ[b] += 1 (odd) ; copy data ; VER[b] = v ; SEQ[b] += 1 (even) ; LATEST = v
+    reader:  v = LATEST ; b = v % 2 ; s1 = SEQ[b] ; copy data ; u = VER[b] ; s2 = SEQ[b]
+             the copy is whole iff s1 == s2 and s1 is even; it then holds version u
+
+The writer always writes the buffer *not* holding LATEST, so a reader only retries when the
+writer laps it (publishes twice during one read). The stores happen in program order in
+separate C calls; x86-64 keeps stores and loads in order (TSO), which this relies on. On a
+weaker memory model (aarch64) an explicit fence would be needed; see docs/decisions/0004.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from unilab.runtime.shm import Segment, SegmentOwner
+
+_LATEST = 0
+_SEQ = (1, 2)
+_VER = (3, 4)
+_CONTROL_BYTES = 64
+DTYPE = np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """Named tensors packed into one flat float32 vector, in the given order."""
+
+    entries: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @classmethod
+    def from_shapes(cls, shapes: Mapping[str, tuple[int, ...]]) -> WeightLayout:
+        return cls(tuple((name, tuple(int(d) for d in shape)) for name, shape in shapes.items()))
+
+    @classmethod
+    def flat(cls, num_floats: int) -> WeightLayout:
+        return cls((("flat", (int(num_floats),)),))
+
+    @property
+    def num_floats(self) -> int:
+        return sum(int(np.prod(shape, dtype=np.int64)) for _, shape in self.entries)
+
+    def unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of `flat` shaped per entry (no copy)."""
+        if flat.shape != (self.num_floats,):
+            raise ValueError(f"expected a flat array of {self.num_floats} floats, got {flat.shape}")
+        out, start = {}, 0
+        for name, shape in self.entries:
+            n = int(np.prod(shape, dtype=np.int64))
+            out[name] = flat[start : start + n].reshape(shape)
+            start += n
+        return out
+
+    def flatten(
+        self, arrays: Mapping[str, np.ndarray], out: np.ndarray | None = None
+    ) -> np.ndarray:
+        if out is None:
+            out = np.empty(self.num_floats, DTYPE)
+        missing = [name for name, _ in self.entries if name not in arrays]
+        if missing:
+            raise KeyError(f"flatten: missing entries {missing}; layout has {self.names}")
+        for name, view in self.unflatten(out).items():
+            if arrays[name].shape != view.shape:
+                raise ValueError(f"entry {name!r}: shape {arrays[name].shape} != {view.shape}")
+            view[...] = arrays[name]
+        return out
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.entries]
+
+
+@dataclass(frozen=True)
+class WeightHandle:
+    segment_name: str
+    segment_size: int
+    layout: WeightLayout
+
+
+class WeightStore:
+    """Create with `WeightStore.create` (learner), attach with `WeightStore.attach` (workers).
+
+    Exactly one process may `publish`; any number may `read_if_newer`.
+    """
+
+    def __init__(self, segment: Segment, layout: WeightLayout) -> None:
+        self.layout = layout
+        self.num_floats = layout.num_floats
+        self._segment = segment
+        self._control = segment.array(np.int64, (8,), 0)
+        stride = _buffer_stride(self.num_floats)
+        self._buffers = [
+            segment.array(DTYPE, (self.num_floats,), _CONTROL_BYTES + b * stride) for b in (0, 1)
+        ]
+        self._written = int(self._control[_LATEST])
+        self.retries = 0  # reader collisions with the writer, for diagnostics
+
+    @classmethod
+    def create(
+        cls, owner: SegmentOwner, layout: WeightLayout | int, *, name: str = "weights"
+    ) -> WeightStore:
+        if isinstance(layout, int | np.integer):
+            layout = WeightLayout.flat(int(layout))
+        if layout.num_floats < 1:
+            raise ValueError("a weight store needs at least one float")
+        size = _CONTROL_BYTES + 2 * _buffer_stride(layout.num_floats)
+        return cls(owner.create(name, size), layout)
+
+    @classmethod
+    def attach(cls, handle: WeightHandle) -> WeightStore:
+        return cls(Segment.attach(handle.segment_name, handle.segment_size), handle.layout)
+
+    def handle(self) -> WeightHandle:
+        return WeightHandle(self._segment.name, self._segment.size, self.layout)
+
+    @property
+    def version(self) -> int:
+        """Newest complete version (0: nothing published yet)."""
+        return int(self._control[_LATEST])
+
+    def publish(self, flat_params: np.ndarray) -> int:
+        """Write a new version and return its number (1, 2, ...). Single writer only."""
+        if flat_params.shape != (self.num_floats,):
+            raise ValueError(
+                f"publish: expected shape ({self.num_floats},), got {flat_params.shape}"
+            )
+        version = self._written + 1
+        b = version & 1
+        control = self._control
+        control[_SEQ[b]] += 1  # odd: buffer b is being written
+        self._buffers[b][:] = flat_params
+        control[_VER[b]] = version
+        control[_SEQ[b]] += 1  # even: buffer b is whole again
+        control[_LATEST] = version
+        self._written = version
+        return version
+
+    def read_if_newer(
+        self, last_version: int, out: np.ndarray | None = None, *, timeout: float = 1.0
+    ) -> tuple[int, np.ndarray] | None:
+        """(version, copy) when a version newer than `last_version` exists, else None.
+
+        The copy is never torn. `out` (float32, num_floats) avoids an allocation.
+        """
+        if out is None:
+            out = np.empty(self.num_floats, DTYPE)
+        elif out.shape != (self.num_floats,) or out.dtype != DTYPE:
+            raise ValueError(f"out must be float32 of shape ({self.num_floats},)")
+        control = self._control
+        deadline = None
+        while True:
+            version = int(control[_LATEST])
+            if version <= last_version:
+                return None
+            b = version & 1
+            seq_before = int(control[_SEQ[b]])
+            if not seq_before & 1:
+                out[:] = self._buffers[b]
+                held = int(control[_VER[b]])
+                if int(control[_SEQ[b]]) == seq_before:
+                    return (held, out) if held > last_version else None
+            self.retries += 1
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"read_if_newer: no whole copy within {timeout} s; is more than one "
+                    f"process publishing? (pid {os.getpid()})"
+                )
+
+    def close(self) -> None:
+        self._buffers = []
+        self._segment.close()
+
+
+def _buffer_stride(num_floats: int) -> int:
+    nbytes = num_floats * DTYPE.itemsize
+    return (nbytes + 63) // 64 * 64
