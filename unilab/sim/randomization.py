@@ -1,0 +1,252 @@
+"""Per-env physics parameters (domain randomization) through `mujoco.batch.Batch.expand`.
+
+Only configured fields are expanded: an unconfigured DomainRandomization leaves every env on
+the shared model, which steps as fast as the plain batch. Values are drawn relative to the
+model's nominal values (never compounded across resets), for the reset envs only.
+
+What each range means:
+- friction_scale: one factor per env multiplies the sliding, torsional and rolling friction of
+  every selected geom. MuJoCo combines a contact's friction as the max over its two geoms, so
+  one factor per env scales every contact's friction by exactly that factor.
+- mass_scale, mass_add: per selected body, mass' = mass * scale + add; the inertia tensor is
+  scaled by mass'/mass (same shape, new density). set_const() then updates derived constants.
+- com_offset: per selected body and axis, an offset (m) added to the centre of mass (body_ipos).
+- actuator_gain_scale: per selected actuator, kp scaled: gainprm[0] and, for position-like
+  actuators (affine bias with biasprm[1] == -gainprm[0]), biasprm[1] too, so the actuator stays
+  a PD around its target; velocity-like actuators (biasprm[2] == -gainprm[0]) scale biasprm[2].
+- joint_damping_scale: per dof of each selected joint, dof_damping scaled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import mujoco
+import numpy as np
+from mujoco import batch as mjbatch
+
+from unilab.sim.indices import object_ids
+
+Range = tuple[float, float]
+
+_RANGE_FIELDS = (
+    "friction_scale",
+    "mass_scale",
+    "mass_add",
+    "com_offset",
+    "actuator_gain_scale",
+    "joint_damping_scale",
+)
+# Lower bounds each range must respect, so a drawn value is physical.
+_RANGE_MIN = {
+    "friction_scale": (0.0, False),  # (bound, inclusive)
+    "mass_scale": (0.0, False),
+    "actuator_gain_scale": (0.0, False),
+    "joint_damping_scale": (0.0, True),
+}
+
+
+@dataclass(frozen=True)
+class DomainRandomization:
+    """Ranges (low, high) drawn uniformly at each reset; None turns a term off (the default).
+
+    The *_geoms/_bodies/_actuators/_joints fields select objects by name; None selects all
+    (for masses: all bodies with a positive mass; for friction: all geoms).
+    """
+
+    friction_scale: Range | None = None
+    friction_geoms: tuple[str, ...] | None = None
+    mass_scale: Range | None = None
+    mass_add: Range | None = None
+    mass_bodies: tuple[str, ...] | None = None
+    com_offset: Range | None = None
+    com_bodies: tuple[str, ...] | None = None
+    actuator_gain_scale: Range | None = None
+    gain_actuators: tuple[str, ...] | None = None
+    joint_damping_scale: Range | None = None
+    damping_joints: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # Configs arrive as lists (YAML/OmegaConf): normalise to tuples of floats / names.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name in _RANGE_FIELDS:
+                object.__setattr__(self, f.name, _as_range(f.name, value))
+            else:
+                if isinstance(value, str):
+                    raise TypeError(f"{f.name} must be a sequence of names, got the string {value!r}")
+                object.__setattr__(self, f.name, tuple(str(v) for v in value))
+
+    @property
+    def enabled(self) -> bool:
+        return any(getattr(self, name) is not None for name in _RANGE_FIELDS)
+
+
+def _as_range(name: str, value: Sequence[float]) -> Range:
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a (low, high) pair of numbers, got {value!r}") from err
+    if not (np.isfinite(low) and np.isfinite(high)) or low > high:
+        raise ValueError(f"{name} must be finite with low <= high, got ({low}, {high})")
+    if name in _RANGE_MIN:
+        bound, inclusive = _RANGE_MIN[name]
+        if low < bound or (low == bound and not inclusive):
+            relation = ">=" if inclusive else ">"
+            raise ValueError(f"{name} low must be {relation} {bound}, got {low}")
+    return (low, high)
+
+
+_DOFS_PER_JOINT = {
+    int(mujoco.mjtJoint.mjJNT_FREE): 6,
+    int(mujoco.mjtJoint.mjJNT_BALL): 3,
+    int(mujoco.mjtJoint.mjJNT_SLIDE): 1,
+    int(mujoco.mjtJoint.mjJNT_HINGE): 1,
+}
+
+
+class DomainRandomizer:
+    """Draws and writes per-env model values for a DomainRandomization config."""
+
+    def __init__(
+        self,
+        batch: mjbatch.Batch,
+        model: mujoco.MjModel,
+        config: DomainRandomization,
+        rng: np.random.Generator,
+    ) -> None:
+        self.config = config
+        self._batch = batch
+        self._rng = rng
+        self.fields: dict[str, np.ndarray] = {}
+        """Live per-env arrays of every expanded model field, by MjModel field name."""
+        c = config
+        obj = mujoco.mjtObj
+
+        if c.friction_scale is not None:
+            self._geoms = _select(model, obj.mjOBJ_GEOM, c.friction_geoms, np.arange(model.ngeom))
+            self._friction0 = model.geom_friction[self._geoms].copy()
+            self._expand("geom_friction")
+
+        if c.mass_scale is not None or c.mass_add is not None:
+            default = np.flatnonzero(model.body_mass > 0)
+            self._mass_bodies = _select(model, obj.mjOBJ_BODY, c.mass_bodies, default)
+            self._mass0 = model.body_mass[self._mass_bodies].copy()
+            self._inertia0 = model.body_inertia[self._mass_bodies].copy()
+            if np.any(self._mass0 <= 0):
+                bad = self._mass_bodies[self._mass0 <= 0]
+                raise ValueError(f"mass randomization needs bodies with a positive mass; bodies {bad.tolist()} have none")
+            scale_low = c.mass_scale[0] if c.mass_scale else 1.0
+            add_low = c.mass_add[0] if c.mass_add else 0.0
+            lightest = float(np.min(self._mass0 * scale_low + add_low))
+            if lightest <= 0:
+                raise ValueError(
+                    f"mass_scale/mass_add could make a body's mass {lightest:.4g} kg <= 0; raise their lows"
+                )
+            self._expand("body_mass")
+            self._expand("body_inertia")
+
+        if c.com_offset is not None:
+            default = np.arange(1, model.nbody)
+            self._com_bodies = _select(model, obj.mjOBJ_BODY, c.com_bodies, default)
+            self._ipos0 = model.body_ipos[self._com_bodies].copy()
+            self._expand("body_ipos")
+            self._unmark_simple(model, self._com_bodies)
+
+        if c.actuator_gain_scale is not None:
+            self._actuators = _select(model, obj.mjOBJ_ACTUATOR, c.gain_actuators, np.arange(model.nu))
+            gain0 = model.actuator_gainprm[self._actuators].copy()
+            bias0 = model.actuator_biasprm[self._actuators].copy()
+            affine = model.actuator_biastype[self._actuators] == mujoco.mjtBias.mjBIAS_AFFINE
+            kp = gain0[:, 0]
+            self._pos_like = affine & np.isclose(bias0[:, 1], -kp) & (kp != 0)
+            self._vel_like = affine & ~self._pos_like & np.isclose(bias0[:, 2], -kp) & (kp != 0)
+            self._gain0, self._bias0 = gain0, bias0
+            self._expand("actuator_gainprm")
+            self._expand("actuator_biasprm")
+
+        if c.joint_damping_scale is not None:
+            joints = _select(model, obj.mjOBJ_JOINT, c.damping_joints, np.arange(model.njnt))
+            self._dofs = np.concatenate(
+                [
+                    model.jnt_dofadr[j] + np.arange(_DOFS_PER_JOINT[int(model.jnt_type[j])])
+                    for j in joints
+                ]
+                or [np.zeros(0, np.int64)]
+            ).astype(np.int64)
+            self._damping0 = model.dof_damping[self._dofs].copy()
+            self._expand("dof_damping")
+
+        # mj_setConst reads masses, inertias and body_ipos: constants derived from them
+        # (subtree masses, invweight0, actuator acc0) must follow.
+        self.needs_set_const = any(
+            name in self.fields for name in ("body_mass", "body_inertia", "body_ipos")
+        )
+
+    def _expand(self, name: str) -> None:
+        self.fields[name] = self._batch.expand(name)
+
+    def _unmark_simple(self, model: mujoco.MjModel, bodies: np.ndarray) -> None:
+        """Compile-time "simple body" shortcuts assume the centre of mass sits at the body
+        frame; once it moves, mj_setConst refuses them. Turn them off for those bodies, in
+        every env, and recount the runs of simple dofs the mass-matrix solver skips through."""
+        simple = model.body_simple.copy()
+        if not simple[bodies].any():
+            return
+        simple[bodies] = 0
+        simplenum = np.zeros(model.nv, dtype=model.dof_simplenum.dtype)
+        run = 0
+        for dof in range(model.nv - 1, -1, -1):  # construction only, not per step
+            run = run + 1 if simple[model.dof_bodyid[dof]] else 0
+            simplenum[dof] = run
+        self._batch.expand("body_simple")[:] = simple
+        self._batch.expand("dof_simplenum")[:] = simplenum
+
+    def randomize(self, ids: np.ndarray) -> None:
+        """Draw new values for the envs in ids (sorted int array) and write only their rows."""
+        c, rng, k = self.config, self._rng, len(ids)
+        if k == 0:
+            return
+        rows = ids[:, None]
+        if c.friction_scale is not None:
+            scale = rng.uniform(*c.friction_scale, size=(k, 1, 1))
+            self.fields["geom_friction"][rows, self._geoms] = self._friction0 * scale
+        if c.mass_scale is not None or c.mass_add is not None:
+            nb = len(self._mass_bodies)
+            scale = rng.uniform(*c.mass_scale, size=(k, nb)) if c.mass_scale else np.ones((k, nb))
+            add = rng.uniform(*c.mass_add, size=(k, nb)) if c.mass_add else np.zeros((k, nb))
+            mass = self._mass0 * scale + add
+            self.fields["body_mass"][rows, self._mass_bodies] = mass
+            ratio = (mass / self._mass0)[:, :, None]
+            self.fields["body_inertia"][rows, self._mass_bodies] = self._inertia0 * ratio
+        if c.com_offset is not None:
+            offset = rng.uniform(*c.com_offset, size=(k, len(self._com_bodies), 3))
+            self.fields["body_ipos"][rows, self._com_bodies] = self._ipos0 + offset
+        if c.actuator_gain_scale is not None:
+            scale = rng.uniform(*c.actuator_gain_scale, size=(k, len(self._actuators)))
+            gain = np.broadcast_to(self._gain0, (k, *self._gain0.shape)).copy()
+            gain[:, :, 0] *= scale
+            bias = np.broadcast_to(self._bias0, (k, *self._bias0.shape)).copy()
+            bias[:, :, 1] = np.where(self._pos_like, self._bias0[:, 1] * scale, bias[:, :, 1])
+            bias[:, :, 2] = np.where(self._vel_like, self._bias0[:, 2] * scale, bias[:, :, 2])
+            self.fields["actuator_gainprm"][rows, self._actuators] = gain
+            self.fields["actuator_biasprm"][rows, self._actuators] = bias
+        if c.joint_damping_scale is not None:
+            scale = rng.uniform(*c.joint_damping_scale, size=(k, len(self._dofs)))
+            self.fields["dof_damping"][rows, self._dofs] = self._damping0 * scale
+        if self.needs_set_const:
+            self._batch.set_const(ids)
+
+
+def _select(
+    model: mujoco.MjModel,
+    objtype: mujoco.mjtObj,
+    names: tuple[str, ...] | None,
+    default: np.ndarray,
+) -> np.ndarray:
+    if names is None:
+        return np.asarray(default, dtype=np.int64)
+    return object_ids(model, objtype, names)
