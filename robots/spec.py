@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ASSETS = Path(__file__).parent / "assets"
+CONTROL_MODES = ("position", "force")
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,36 @@ class RobotSpec:
     gripper_actuator: str | None = None
     source: str = ""
     """Where the masses, inertias and gains come from."""
+    control_mode: str = "position"
+    """"position": actuators are PD position servos (kp, kd above) and an action is a target
+    offset; "force": actuators are motors and an action is a force/torque command
+    (ctrl = action_scale * action, force = gear * ctrl, kp and kd unused)."""
+    bodies: dict[str, str] = field(default_factory=dict)
+    """Role -> MJCF body name for scene bodies a task uses, e.g. {"object": "cube"}."""
+    sites: dict[str, str] = field(default_factory=dict)
+    """Role -> MJCF site name, e.g. {"imu": "imu", "target": "target"}."""
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
-        for attr in ("actuator_names", "default_pose", "kp", "kd", "joint_lower", "joint_upper", "effort_limit"):
+        for attr in (
+            "actuator_names",
+            "default_pose",
+            "kp",
+            "kd",
+            "joint_lower",
+            "joint_upper",
+            "effort_limit",
+        ):
             if len(getattr(self, attr)) != n:
                 raise ValueError(
                     f"robot {self.name!r}: {attr} has {len(getattr(self, attr))} entries, "
                     f"joint_names has {n}"
                 )
+        if self.control_mode not in CONTROL_MODES:
+            raise ValueError(
+                f"robot {self.name!r}: control_mode {self.control_mode!r} is not one of "
+                f"{', '.join(CONTROL_MODES)}"
+            )
 
     @property
     def num_joints(self) -> int:
