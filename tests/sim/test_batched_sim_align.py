@@ -24,7 +24,12 @@ def _observed_at_new_state(model: mujoco.MjModel, data: mujoco.MjData) -> mujoco
     """What BatchedSim promises after step(): position/velocity stages at the new state,
     acceleration-stage values (qacc, contact sensors) of the last substep."""
     fresh = mujoco.MjData(model)
-    fresh.qpos[:], fresh.qvel[:], fresh.act[:], fresh.ctrl[:] = data.qpos, data.qvel, data.act, data.ctrl
+    fresh.qpos[:], fresh.qvel[:], fresh.act[:], fresh.ctrl[:] = (
+        data.qpos,
+        data.qvel,
+        data.act,
+        data.ctrl,
+    )
     fresh.time = data.time
     mujoco.mj_fwdPosition(model, fresh)
     mujoco.mj_sensorPos(model, fresh)

@@ -76,7 +76,11 @@ class BatchedSim:
     ) -> None:
         if not isinstance(model, mujoco.MjModel):
             raise TypeError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        for name, value, low in (("num_envs", num_envs, 1), ("nthread", nthread, 0), ("substeps", substeps, 1)):
+        for name, value, low in (
+            ("num_envs", num_envs, 1),
+            ("nthread", nthread, 0),
+            ("substeps", substeps, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         self.model = model
@@ -196,14 +200,18 @@ class BatchedSim:
             self.randomizer.randomize(env_ids)
         self._reset_state(env_ids, key, qpos_rows, qvel_rows)
 
-    def _state_rows(self, values: npt.ArrayLike | None, k: int, width: int, name: str) -> np.ndarray | None:
+    def _state_rows(
+        self, values: npt.ArrayLike | None, k: int, width: int, name: str
+    ) -> np.ndarray | None:
         if values is None:
             return None
         arr = np.asarray(values, dtype=np.float64)
         if arr.shape == (width,):
             arr = np.broadcast_to(arr, (k, width))
         if arr.shape != (k, width):
-            raise ValueError(f"{name} must have shape ({k}, {width}) for {k} env ids, got {arr.shape}")
+            raise ValueError(
+                f"{name} must have shape ({k}, {width}) for {k} env ids, got {arr.shape}"
+            )
         if not np.isfinite(arr).all():
             raise ValueError(f"{name} holds non-finite values; reset states must be finite")
         return arr
@@ -235,8 +243,8 @@ class BatchedSim:
         return SimSnapshot(
             state=self.batch.state.copy(),
             model_fields={name: values.copy() for name, values in fields.items()},
-            rng_state=self.rng.bit_generator.state,
-            randomization_rng_state=self._dr_rng.bit_generator.state,
+            rng_state=dict(self.rng.bit_generator.state),
+            randomization_rng_state=dict(self._dr_rng.bit_generator.state),
             unstable_count=self.unstable_count,
         )
 
@@ -306,7 +314,9 @@ class BatchedSim:
         if joint is not None:
             jid = object_id(self.model, mujoco.mjtObj.mjOBJ_JOINT, joint)
             if self.model.jnt_type[jid] != mujoco.mjtJoint.mjJNT_FREE:
-                raise ValueError(f"joint {joint!r} is not a free joint; pushes need a floating base")
+                raise ValueError(
+                    f"joint {joint!r} is not a free joint; pushes need a floating base"
+                )
             return int(self.model.jnt_dofadr[jid])
         if self._free_joint_dof is None:
             free = np.flatnonzero(self.model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)

@@ -33,7 +33,9 @@ def add_contact_sensors(
     known = {g.name for g in spec.geoms}
     missing = [g for g in geoms if g not in known]
     if missing:
-        raise KeyError(f"unknown geoms {missing}; the spec's named geoms: {sorted(n for n in known if n)}")
+        raise KeyError(
+            f"unknown geoms {missing}; the spec's named geoms: {sorted(n for n in known if n)}"
+        )
     names = []
     for geom in geoms:
         name = contact_sensor_name(geom, prefix)

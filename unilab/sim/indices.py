@@ -18,9 +18,7 @@ def as_env_ids(ids: npt.ArrayLike, num_envs: int) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.dtype == np.bool_:
         if arr.shape != (num_envs,):
-            raise ValueError(
-                f"a boolean env mask must have shape ({num_envs},), got {arr.shape}"
-            )
+            raise ValueError(f"a boolean env mask must have shape ({num_envs},), got {arr.shape}")
         return np.flatnonzero(arr)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -71,6 +69,7 @@ _OBJ_COUNT = {
     mujoco.mjtObj.mjOBJ_ACTUATOR: "nu",
     mujoco.mjtObj.mjOBJ_SITE: "nsite",
     mujoco.mjtObj.mjOBJ_SENSOR: "nsensor",
+    mujoco.mjtObj.mjOBJ_CAMERA: "ncam",
 }
 
 

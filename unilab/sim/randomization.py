@@ -77,7 +77,9 @@ class DomainRandomization:
                 object.__setattr__(self, f.name, _as_range(f.name, value))
             else:
                 if isinstance(value, str):
-                    raise TypeError(f"{f.name} must be a sequence of names, got the string {value!r}")
+                    raise TypeError(
+                        f"{f.name} must be a sequence of names, got the string {value!r}"
+                    )
                 object.__setattr__(self, f.name, tuple(str(v) for v in value))
 
     @property
@@ -138,7 +140,9 @@ class DomainRandomizer:
             self._inertia0 = model.body_inertia[self._mass_bodies].copy()
             if np.any(self._mass0 <= 0):
                 bad = self._mass_bodies[self._mass0 <= 0]
-                raise ValueError(f"mass randomization needs bodies with a positive mass; bodies {bad.tolist()} have none")
+                raise ValueError(
+                    f"mass randomization needs bodies with a positive mass; bodies {bad.tolist()} have none"
+                )
             scale_low = c.mass_scale[0] if c.mass_scale else 1.0
             add_low = c.mass_add[0] if c.mass_add else 0.0
             lightest = float(np.min(self._mass0 * scale_low + add_low))
@@ -157,7 +161,9 @@ class DomainRandomizer:
             self._unmark_simple(model, self._com_bodies)
 
         if c.actuator_gain_scale is not None:
-            self._actuators = _select(model, obj.mjOBJ_ACTUATOR, c.gain_actuators, np.arange(model.nu))
+            self._actuators = _select(
+                model, obj.mjOBJ_ACTUATOR, c.gain_actuators, np.arange(model.nu)
+            )
             gain0 = model.actuator_gainprm[self._actuators].copy()
             bias0 = model.actuator_biasprm[self._actuators].copy()
             affine = model.actuator_biastype[self._actuators] == mujoco.mjtBias.mjBIAS_AFFINE

@@ -17,9 +17,7 @@ import mujoco
 import numpy as np
 
 ALL_WARNINGS: tuple[str, ...] = tuple(
-    name.removeprefix("mjWARN_")
-    for name in mujoco.mjtWarning.__members__
-    if name != "mjNWARNING"
+    name.removeprefix("mjWARN_") for name in mujoco.mjtWarning.__members__ if name != "mjNWARNING"
 )
 
 
