@@ -1,0 +1,181 @@
+"""`FrameDataset`: a torch Dataset over the committed frames of an episode store.
+
+Items are dicts of tensors: every requested field at frame t, plus optionally
+- an action chunk of length H (`action`: (H, A)) with `action_is_pad` (H,) marking steps
+  past the episode's end (those repeat the last action, as LeRobot does), and
+- an n-step window: `nstep_reward` = Σ_j γ^j r_{t+j} over k = min(n, steps left) steps,
+  `nstep_discount` = γ^k (0 when the episode terminated inside the window), `nstep_done`,
+  `nstep_k`, and `next/<field>` = the observation fields at frame t+k.
+
+Windows never cross an episode boundary. The last frame of an episode that did not
+terminate (truncated or unfinished) has no successor observation in the store, so with
+n-step windows it is not an item: windows that reach it stop one frame earlier and
+bootstrap from its observation.
+
+Vector columns are loaded into memory once (fast random access); camera images are read
+from the store per item. `batch(indices)` builds a whole batch with vectorized gathers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from unilab.data.store import EpisodeStore
+
+
+class FrameDataset(Dataset[dict[str, torch.Tensor]]):
+    """Frames of a store (a snapshot of its committed frames when built).
+
+    `fields`: which schema fields to return (default: all). `action_horizon`: return action
+    chunks of this length. `n_step`, `gamma`: return n-step windows.
+    """
+
+    def __init__(
+        self,
+        store: EpisodeStore | str | os.PathLike[str],
+        *,
+        fields: Sequence[str] | None = None,
+        action_horizon: int | None = None,
+        n_step: int | None = None,
+        gamma: float = 0.99,
+    ) -> None:
+        own = not isinstance(store, EpisodeStore)
+        st = store if isinstance(store, EpisodeStore) else EpisodeStore.open(store, "r")
+        self.path = Path(st.path)
+        schema = st.schema
+        self.fields = list(fields) if fields is not None else schema.names
+        unknown = [f for f in self.fields if f not in schema.fields]
+        if unknown:
+            raise KeyError(f"unknown field(s) {unknown}; the store's fields are {schema.names}")
+        if action_horizon is not None and action_horizon < 1:
+            raise ValueError(f"action_horizon must be >= 1, got {action_horizon}")
+        if n_step is not None and n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.action_horizon = action_horizon
+        self.n_step = n_step
+        self.gamma = float(gamma)
+        self.num_frames = st.num_frames
+        self.image_fields = {n for n in schema.fields if schema.fields[n].is_image}
+        self.obs_fields = [n for n in schema.observation_fields if n in self.fields]
+
+        lengths = st.lengths.copy()
+        starts = st.starts.copy()
+        self.episode_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        self.episode_start = np.repeat(starts, lengths)
+        self.episode_end = self.episode_start + np.repeat(lengths, lengths)
+
+        need = set(self.fields) | {"origin", "terminated"}
+        if action_horizon is not None:
+            need.add("action")
+        if n_step is not None:
+            need |= {"reward", *self.obs_fields}
+        self._columns: dict[str, np.ndarray] = {
+            n: st.read(n) for n in sorted(need) if n not in self.image_fields
+        }
+        self._store: EpisodeStore | None = st
+        self._own_store = own
+
+        self.indices: np.ndarray
+        if n_step is None:
+            self.indices = np.arange(self.num_frames, dtype=np.int64)
+        else:
+            last = self.episode_end - 1
+            is_last = np.arange(self.num_frames) == last
+            ends_open = ~self._columns["terminated"][last]
+            self.indices = np.flatnonzero(~(is_last & ends_open)).astype(np.int64)
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None  # reopened lazily in the worker process
+        return state
+
+    def _reader(self) -> EpisodeStore:
+        if self._store is None:
+            self._store = EpisodeStore.open(self.path, "r")
+            self._own_store = True
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None and self._own_store:
+            self._store.close()
+        self._store = None
+
+    # ------------------------------------------------------------------ access
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def origins(self) -> np.ndarray:
+        """(len(self),) uint8 origin code of each item (for `WeightedOriginSampler`)."""
+        return self._columns["origin"][self.indices]
+
+    def frame_index(self, item: int) -> int:
+        """The store frame that dataset item `item` starts at."""
+        return int(self.indices[item])
+
+    def _gather(self, name: str, rows: np.ndarray) -> np.ndarray:
+        if name not in self.image_fields:
+            return self._columns[name][rows]
+        store = self._reader()
+        flat = rows.reshape(-1)
+        out = np.stack([store.read(name, int(r), int(r) + 1)[0] for r in flat])
+        return out.reshape(*rows.shape, *out.shape[1:])
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        n = len(self)
+        if not -n <= item < n:
+            raise IndexError(f"item {item} out of range for a dataset of {n} items")
+        batch = self.batch(np.array([item % n]))
+        return {k: v[0] for k, v in batch.items()}
+
+    def batch(self, items: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]:
+        """A batch of items as stacked tensors (vectorized; use it for fast sampling)."""
+        t = self.indices[np.asarray(items, dtype=np.int64)]
+        end = self.episode_end[t]
+        out: dict[str, np.ndarray] = {
+            "episode_index": self.episode_of[t],
+            "frame_index": t - self.episode_start[t],
+        }
+        for name in self.fields:
+            if name == "action" and self.action_horizon is not None:
+                continue
+            out[name] = self._gather(name, t)
+        if self.action_horizon is not None:
+            offs = t[:, None] + np.arange(self.action_horizon)[None, :]
+            out["action_is_pad"] = offs >= end[:, None]
+            out["action"] = self._gather("action", np.minimum(offs, end[:, None] - 1))
+        if self.n_step is not None:
+            out.update(self._n_step(t, end))
+        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
+
+    def _n_step(self, t: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
+        assert self.n_step is not None
+        n, gamma = self.n_step, self.gamma
+        terminal = self._columns["terminated"][end - 1]
+        steps_left = np.where(terminal, end - t, end - 1 - t)
+        k = np.minimum(n, steps_left)
+        j = np.arange(n)[None, :]
+        rows = np.minimum(t[:, None] + j, end[:, None] - 1)
+        weights = np.where(j < k[:, None], gamma**j, 0.0)
+        ret = (self._columns["reward"][rows] * weights).sum(axis=1)
+        done = terminal & (t + k == end)
+        nxt = np.minimum(t + k, end - 1)
+        out: dict[str, np.ndarray] = {
+            "nstep_reward": ret.astype(np.float32),
+            "nstep_discount": np.where(done, 0.0, gamma**k).astype(np.float32),
+            "nstep_done": done,
+            "nstep_k": k.astype(np.int64),
+        }
+        for name in self.obs_fields:
+            out[f"next/{name}"] = self._gather(name, nxt)
+        return out
