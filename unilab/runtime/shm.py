@@ -79,7 +79,10 @@ class Segment:
                 f"view of {nbytes} bytes at offset {offset} exceeds segment {self.name!r} "
                 f"of {self.size} bytes"
             )
-        return np.ndarray(shape, dtype=dt, buffer=self.buffer, offset=offset)
+        # frombuffer keeps a buffer export on the mmap (np.ndarray(buffer=...) does not), so
+        # the mapping cannot be closed under a live view, which would crash on access.
+        count = nbytes // dt.itemsize
+        return np.frombuffer(self.buffer, dtype=dt, count=count, offset=offset).reshape(shape)
 
     def close(self) -> None:
         """Unmap if no numpy view is alive; otherwise the mapping goes with the last view."""

@@ -12,8 +12,11 @@ import atexit
 import logging
 import multiprocessing as mp
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -23,7 +26,12 @@ from unilab.runtime.control import NOT_STARTED, ControlBlock
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner, sweep_stale_segments
 from unilab.runtime.weights import WeightStore
-from unilab.runtime.worker_base import WorkerContext, WorkerLaunch, run_worker
+from unilab.runtime.worker_base import (
+    WORKER_IGNORED_SIGNALS,
+    WorkerContext,
+    WorkerLaunch,
+    run_worker,
+)
 
 log = logging.getLogger("unilab.runtime")
 
@@ -139,12 +147,12 @@ class Supervisor:
         for proc in self._procs:
             if proc is not None:
                 proc.join(max(0.0, deadline - time.monotonic()))
-        for escalate in ("terminate", "kill"):
-            for proc in self._procs:
-                if proc is not None and proc.exitcode is None:
-                    log.warning("worker pid %s did not stop in time: %s", proc.pid, escalate)
-                    getattr(proc, escalate)()
-                    proc.join(2.0)
+        # Workers ignore SIGTERM (see worker_base.run_worker): stragglers get SIGKILL.
+        for proc in self._procs:
+            if proc is not None and proc.exitcode is None:
+                log.warning("worker pid %s did not stop within %.1f s: killing", proc.pid, timeout)
+                proc.kill()
+                proc.join(5.0)
         for worker_id in range(self.num_workers):
             self._collect_errors(worker_id, until_eof=True)
             proc = self._procs[worker_id]
@@ -272,7 +280,8 @@ class Supervisor:
         proc = self._mp.Process(
             target=run_worker, args=(launch,), name=f"unilab-worker-{worker_id}", daemon=True
         )
-        proc.start()
+        with _signals_ignored_by_children():
+            proc.start()
         write_conn.close()  # the worker holds the only write end, so its exit gives EOF
         self._procs[worker_id] = proc
         self._error_conns[worker_id] = read_conn
@@ -319,3 +328,26 @@ def _check_plain(value: Any, where: str) -> None:
         f"{where} is a {type(value).__name__}; worker config holds only str, int, float, "
         "bool, bytes, None, lists and dicts (convert OmegaConf with OmegaConf.to_container)"
     )
+
+
+@contextmanager
+def _signals_ignored_by_children() -> Iterator[None]:
+    """Start a child with SIGINT/SIGTERM ignored from its first instruction.
+
+    An ignored disposition survives fork and exec, so a Ctrl-C to the process group cannot
+    kill a worker while it imports (before `run_worker` ignores the signals itself). The
+    signals are blocked in this thread first, so on Linux one arriving during these ~1-2 ms
+    stays pending and reaches our own handler afterwards (when no other thread takes it).
+    Only possible from the main thread; elsewhere children start with default handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORED_SIGNALS)
+    old_handlers = {s: signal.signal(s, signal.SIG_IGN) for s in WORKER_IGNORED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

@@ -25,6 +25,7 @@ from unilab.runtime.ring_writer import RingWriter
 from unilab.runtime.weights import WeightHandle, WeightStore
 
 _PARENT_CHECK_S = 0.25
+WORKER_IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -104,8 +105,11 @@ class WorkerContext:
 
 def run_worker(launch: WorkerLaunch) -> None:
     """Process entry point (multiprocessing target). Exit code 0: stopped, 1: raised."""
-    # Ctrl-C reaches the whole process group; the main process decides how workers stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C (and a service manager's SIGTERM) reach the whole process group; the main
+    # process decides how workers stop. The supervisor starts us with both already ignored
+    # (see supervisor._signals_ignored_by_children); this covers other launchers.
+    for signum in WORKER_IGNORED_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     _die_with_parent(launch.parent_pid)
     try:
         fn = import_worker_fn(launch.worker_fn)

@@ -1,0 +1,131 @@
+"""Child-process bodies and scripted scenarios for the runtime tests.
+
+Run as a script (``python runtime_procs.py <scenario>``) so a test can read the scenario's
+whole stderr (resource_tracker warnings) and exit code. Children are started with the
+spawn method, so every function here is importable by name.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from unilab.runtime.ring import RingBuffer
+from unilab.runtime.shm import Segment, SegmentOwner, list_segments
+from unilab.runtime.signals import StopSignal
+from unilab.runtime.supervisor import Supervisor
+from unilab.runtime.synthetic import check_chunk, synthetic_spec
+from unilab.runtime.weights import WeightHandle, WeightStore
+
+
+def attach_and_exit(name: str, size: int, mode: str, mark: int) -> None:
+    """Attach, write `mark` into byte 0, then leave the way `mode` says."""
+    seg = Segment.attach(name, size)
+    seg.array(np.uint8, (size,), 0)[0] = mark
+    if mode == "exception":
+        raise RuntimeError("planned failure after attach")
+    if mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def weight_writer(handle: WeightHandle, duration_s: float, result: Connection) -> None:
+    store = WeightStore.attach(handle)
+    params = np.empty(store.num_floats, np.float32)
+    end = time.monotonic() + duration_s
+    version = store.version
+    while time.monotonic() < end:
+        params.fill(version + 1)  # every element equals the version it is published as
+        version = store.publish(params)
+    result.send((version,))
+
+
+def weight_reader(handle: WeightHandle, duration_s: float, result: Connection) -> None:
+    store = WeightStore.attach(handle)
+    out = np.empty(store.num_floats, np.float32)
+    reads = mixed = wrong_version = not_monotone = 0
+    last = 0
+    end = time.monotonic() + duration_s
+    while time.monotonic() < end:
+        got = store.read_if_newer(last, out)
+        if got is None:
+            continue
+        version, arr = got
+        reads += 1
+        lo, hi = float(arr.min()), float(arr.max())
+        mixed += lo != hi
+        wrong_version += lo != version
+        not_monotone += version <= last
+        last = version
+    result.send((reads, mixed, wrong_version, not_monotone, store.retries, last))
+
+
+def scenario_shm_ownership() -> dict[str, object]:
+    """Workers attach and exit normally, by exception and by SIGKILL; the segment survives."""
+    ctx = mp.get_context("spawn")
+    owner = SegmentOwner()
+    seg = owner.create("data", 1 << 20)
+    report: dict[str, object] = {"prefix": owner.prefix}
+    for mark, mode in enumerate(("normal", "exception", "sigkill"), start=1):
+        proc = ctx.Process(target=attach_and_exit, args=(seg.name, seg.size, mode, mark))
+        proc.start()
+        proc.join(30)
+        view = seg.array(np.uint8, (1,), 0)
+        report[mode] = {
+            "exitcode": proc.exitcode,
+            "segment_exists": os.path.exists(f"/dev/shm/{seg.name}"),
+            "child_wrote": int(view[0]) == mark,
+        }
+        del view
+    report["before_unlink"] = list_segments(owner.prefix)
+    owner.unlink_all()
+    report["after_unlink"] = list_segments(owner.prefix)
+    return report
+
+
+def scenario_main(argv: list[str]) -> int:
+    """A learner main loop: Supervisor + signal handlers; prints READY, runs until a signal."""
+    stop = StopSignal.install()
+    owner = SegmentOwner()
+    ring = RingBuffer(synthetic_spec(), 2, 3, 4, 2, owner=owner, debug_poison=True)
+    sup = Supervisor(
+        "unilab.runtime.synthetic:synthetic_worker_main",
+        2,
+        ring=ring,
+        config={"step_sleep_s": 0.002},
+        hang_timeout_s=5.0,
+    ).start()
+    print("STARTED " + json.dumps({"prefix": owner.prefix, "pids": sup.pids()}), flush=True)
+    chunks = problems = 0
+    announced = False
+    try:
+        while not stop:
+            sup.poll()
+            for slot in ring.get_ready(0.05):
+                problems += len(check_chunk(ring.header(slot), ring.views(slot)))
+                ring.release(slot)
+                chunks += 1
+            if chunks >= 4 and not announced:
+                ready = {"prefix": owner.prefix, "pids": sup.pids(), "segments": owner.names}
+                print("READY " + json.dumps(ready), flush=True)
+                announced = True
+        print(f"final checkpoint: {chunks} chunks, {problems} problems", flush=True)
+    finally:
+        sup.shutdown()
+    return stop.exit_code
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    if name == "shm-ownership":
+        print(json.dumps(scenario_shm_ownership()))
+    elif name == "main":
+        sys.exit(scenario_main(sys.argv[2:]))
+    else:
+        raise SystemExit(f"unknown scenario {name!r}; known: shm-ownership, main")
