@@ -41,8 +41,9 @@ def _make(k: int) -> dict[str, np.ndarray]:
     frames: dict[str, np.ndarray] = {
         "obs/policy": (k * 1000 + j[:, None] + np.arange(5)[None, :] / 10).astype(np.float32),
         "obs/critic": k + j[:, None] * 0.001 + np.arange(7)[None, :] * 1e-7,
-        "images/cam": ((k * 31 + j[:, None, None, None] * 7 + np.arange(8 * 6 * 3).reshape(8, 6, 3))
-                       % 256).astype(np.uint8),
+        "images/cam": (
+            (k * 31 + j[:, None, None, None] * 7 + np.arange(8 * 6 * 3).reshape(8, 6, 3)) % 256
+        ).astype(np.uint8),
         "action": (-k - j[:, None] / 100 - np.arange(3)[None, :]).astype(np.float32),
         "reward": (k + j * 0.5).astype(np.float32),
         "terminated": last & (k % 3 != 0),

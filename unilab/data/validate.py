@@ -74,9 +74,9 @@ def first_missing_chunk(path: Path, name: str, arr: Any, rows: int) -> int | Non
 
 def first_unreadable_row(
     arr: Any, rows: int, enum: tuple[str, ...] | None
-) -> tuple[int, str] | None:
-    """Decode rows [0, rows) block by block; the first row of a block that fails to decode
-    or (for enum columns) holds an out-of-range code, with the reason."""
+) -> tuple[int, str, str] | None:
+    """Decode rows [0, rows) block by block: (first bad row, problem kind, reason) for the
+    first chunk that fails to decode or (enum columns) holds an out-of-range code."""
     per = arr.chunks[0]
     row_bytes = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize)
     block = max(per, (DEEP_BLOCK_BYTES // row_bytes) // per * per)
@@ -90,13 +90,15 @@ def first_unreadable_row(
                 try:
                     arr[c * per : min(b, (c + 1) * per)]
                 except Exception:
-                    return c * per, f"chunk {c} cannot be decoded ({type(exc).__name__}: {exc})"
-            return a, f"rows [{a}, {b}) cannot be decoded ({exc})"
+                    reason = f"chunk {c} cannot be decoded ({type(exc).__name__}: {exc})"
+                    return c * per, "unreadable_chunk", reason
+            return a, "unreadable_chunk", f"rows [{a}, {b}) cannot be decoded ({exc})"
         if enum is not None:
             bad = np.flatnonzero(data >= len(enum))
             if bad.size:
                 row = a + int(bad[0])
-                return row, f"code {int(data[bad[0]])} at frame {row} is not in {list(enum)}"
+                reason = f"code {int(data[bad[0]])} at frame {row} is not in {list(enum)}"
+                return row, "bad_value", reason
     return None
 
 
@@ -166,8 +168,7 @@ def validate(path: str | os.PathLike[str], *, deep: bool = False) -> list[Proble
         elif deep and name != f"{INDEX_GROUP}/meta":
             bad = first_unreadable_row(arr, checked, ENUMS.get(name))
             if bad is not None:
-                kind = "bad_value" if "code" in bad[1] else "unreadable_chunk"
-                problems.append(Problem(kind, name, bad[1]))
+                problems.append(Problem(bad[1], name, bad[2]))
     problems += _index_problems(p, arrays, commit, deep)
     return problems
 
