@@ -44,7 +44,9 @@ class GaussianActor(nn.Module):
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions and their log-probabilities, for rollouts."""
         dist = self.distribution(obs)
         action = dist.mean if deterministic else dist.sample()
@@ -52,7 +54,9 @@ class GaussianActor(nn.Module):
 
 
 class ValueCritic(nn.Module):
-    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 128, 64), activation: str = "elu") -> None:
+    def __init__(
+        self, obs_dim: int, hidden: Sequence[int] = (256, 128, 64), activation: str = "elu"
+    ) -> None:
         super().__init__()
         self.normalizer = RunningNormalizer(obs_dim)
         self.net = mlp(obs_dim, hidden, 1, activation)

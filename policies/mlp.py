@@ -15,7 +15,13 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 }
 
 
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "elu", layer_norm: bool = False) -> nn.Sequential:
+def mlp(
+    in_dim: int,
+    hidden: Sequence[int],
+    out_dim: int,
+    activation: str = "elu",
+    layer_norm: bool = False,
+) -> nn.Sequential:
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
     layers: list[nn.Module] = []

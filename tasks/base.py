@@ -27,6 +27,7 @@ from unilab.config.schema import SimConfig, TaskConfig
 from unilab.robots.spec import RobotSpec
 from unilab.robots.validate import load_model
 from unilab.sim.batched_sim import BatchedSim
+from unilab.sim.stability import StabilityLimits
 
 SIM_UNSTABLE = "sim_unstable"
 TIME_OUT = "time_out"
@@ -63,6 +64,9 @@ class Task:
     default_reward_weights: ClassVar[dict[str, float]] = {}
     action_clip: ClassVar[float] = 1.0
     """Actions are clipped to [-action_clip, action_clip] before action_to_ctrl."""
+    state_attrs: ClassVar[tuple[str, ...]] = ()
+    """Extra (num_envs, ...) array attributes a subclass keeps across steps (commands,
+    targets): saved and restored with the task state for bit-exact resume."""
     action_dim: int
     """Set by subclasses in __init__ (usually the robot's joint count)."""
 
@@ -92,17 +96,21 @@ class Task:
             nthread=nthread,
             substeps=substeps,
             seed=seed,
-            check_instability=sim_cfg.check_instability,
-            max_abs_qpos=sim_cfg.max_abs_qpos,
-            max_abs_qvel=sim_cfg.max_abs_qvel,
+            randomization=cfg.randomization,
+            limits=StabilityLimits(
+                max_abs_qpos=sim_cfg.max_abs_qpos,
+                max_abs_qvel=sim_cfg.max_abs_qvel,
+                max_abs_qacc=sim_cfg.max_abs_qacc,
+            ),
+            default_keyframe=self.robot.keyframe,
         )
-        self.rng = np.random.default_rng(seed)
+        self.rng = self.sim.rng  # one seeded stream, saved with the sim's snapshot
         self.max_episode_steps = max(1, round(cfg.episode_length_s / self.control_dt))
         self.episode_step = np.zeros(num_envs, dtype=np.int64)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         # The current and previous actions, (n, action_dim), for action-rate terms.
-        self.actions = np.zeros((num_envs, self.action_dim), dtype=np.float32)
-        self.prev_actions = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        self.actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        self.prev_actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
         self.reward_weights = self._resolve_reward_weights(cfg.reward_weights)
         self._reward_fns = {name: getattr(self, f"reward_{name}") for name in self.reward_weights}
 
@@ -214,6 +222,22 @@ class Task:
         policy = obs["policy"]
         noise = self.rng.uniform(-1.0, 1.0, size=policy.shape).astype(np.float32)
         return {**obs, "policy": policy + self.cfg.obs_noise * noise}
+
+    # -- state for bit-exact resume -------------------------------------------------------------
+    _BASE_STATE = ("episode_step", "episode_return", "actions", "prev_actions")
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Everything the next steps depend on besides the sim, as plain arrays."""
+        return {name: np.array(getattr(self, name)) for name in self._BASE_STATE + self.state_attrs}
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        for name in self._BASE_STATE + self.state_attrs:
+            current = getattr(self, name)
+            if state[name].shape != current.shape:
+                raise ValueError(
+                    f"task state {name!r} has shape {state[name].shape}; expected {current.shape}"
+                )
+            setattr(self, name, state[name].astype(current.dtype))
 
     def metadata(self) -> dict[str, Any]:
         """What export writes next to the policy."""

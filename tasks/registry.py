@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from unilab.config.schema import TaskConfig
+from unilab.config.schema import SimConfig, TaskConfig
 from unilab.registry import Registry
 
 if TYPE_CHECKING:
@@ -39,11 +39,17 @@ def register_task(
     return decorator
 
 
-def make_task(cfg: TaskConfig, num_envs: int, seed: int = 0, nthread: int = 1, **kwargs: object) -> Task:
+def make_task(
+    cfg: TaskConfig,
+    num_envs: int,
+    seed: int = 0,
+    nthread: int = 1,
+    sim_cfg: SimConfig | None = None,
+) -> Task:
     """Instantiate the registered task named by `cfg.name`."""
     entry = TASKS.get(cfg.name)
     if not isinstance(cfg, entry.config_cls):
         raise TypeError(
             f"task {cfg.name!r} expects a {entry.config_cls.__name__}, got {type(cfg).__name__}"
         )
-    return entry.task_cls(cfg, num_envs=num_envs, seed=seed, nthread=nthread, **kwargs)
+    return entry.task_cls(cfg, num_envs=num_envs, seed=seed, nthread=nthread, sim_cfg=sim_cfg)

@@ -39,7 +39,7 @@ def _config_keys_help(tokens: list[str]) -> str:
 
     def walk(obj: object, prefix: str) -> None:
         assert dataclasses.is_dataclass(obj)
-        docs = field_docs(type(obj))
+        docs = field_docs(typing.cast(type, type(obj)))
         hints = typing.get_type_hints(type(obj))
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
@@ -49,7 +49,11 @@ def _config_keys_help(tokens: list[str]) -> str:
                 continue
             hint = hints.get(f.name)
             tname = getattr(hint, "__name__", str(hint).replace("typing.", ""))
-            shown = OmegaConf.to_yaml({"v": value}).strip()[3:] if isinstance(value, dict) else repr(value)
+            shown = (
+                OmegaConf.to_yaml({"v": value}).strip()[3:]
+                if isinstance(value, dict)
+                else repr(value)
+            )
             lines.append(f"  {key} ({tname}, default {shown})")
             if f.name in docs:
                 lines.append(f"      {docs[f.name]}")
@@ -59,7 +63,9 @@ def _config_keys_help(tokens: list[str]) -> str:
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. algo.lr=3e-4")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. algo.lr=3e-4"
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -140,10 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action="store_true", help="show this help and the config keys")
     p.add_argument("--quiet", action="store_true", help="no progress bar (same as run.quiet=true)")
     _add_overrides(p)
-    p.set_defaults(func=cmd_train, keys_help=True)
+    p.set_defaults(func=cmd_train, keys_help=True, parser=p)
 
     for verb, text, issue in (
-        ("play", "run a policy in simulation; write video and a Rerun recording", "the export/play issue (#6)"),
+        (
+            "play",
+            "run a policy in simulation; write video and a Rerun recording",
+            "the export/play issue (#6)",
+        ),
         ("eval", "evaluate a policy over seeds; write JSON", "the export/play issue (#6)"),
         ("export", "export a run's policy to ONNX and TorchScript", "the export/play issue (#6)"),
         ("viz", "open or write a Rerun recording of a run", "the export/play issue (#6)"),
@@ -155,7 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         q.set_defaults(func=_not_yet(verb, issue))
 
     q = sub.add_parser("list", help="list tasks, algorithms, robots or presets")
-    q.add_argument("what", nargs="?", default="all", choices=["tasks", "algorithms", "algos", "robots", "presets", "all"])
+    q.add_argument(
+        "what",
+        nargs="?",
+        default="all",
+        choices=["tasks", "algorithms", "algos", "robots", "presets", "all"],
+    )
     q.set_defaults(func=cmd_list)
 
     q = sub.add_parser("data", help="episode store tools: info, validate, repair", add_help=False)
@@ -169,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "keys_help", False) and args.help:
-        verb_parser = parser._subparsers._group_actions[0].choices[args.verb]  # type: ignore[union-attr]
-        verb_parser.print_help()
+        args.parser.print_help()
         print()
         print(_config_keys_help(list(args.overrides)))
         return 0

@@ -23,9 +23,9 @@ def transition_fields(
     obs_dims: dict[str, int], action_dim: int, next_obs_groups: tuple[str, ...], logprob: bool
 ) -> FieldSpecs:
     """The fields a worker writes for each step; see `unilab.runtime.rollout` for their meaning."""
-    fields: FieldSpecs = {f"obs.{g}": ((d,), "float32") for g, d in obs_dims.items()}
+    fields: FieldSpecs = {f"obs_{g}": ((d,), "float32") for g, d in obs_dims.items()}
     for group in next_obs_groups:
-        fields[f"next_obs.{group}"] = ((obs_dims[group],), "float32")
+        fields[f"next_obs_{group}"] = ((obs_dims[group],), "float32")
     fields["action"] = ((action_dim,), "float32")
     if logprob:
         fields["logprob"] = ((), "float32")
@@ -46,7 +46,9 @@ class Algorithm:
     next_obs_groups: ClassVar[tuple[str, ...]] = ("critic",)
     uses_logprob: ClassVar[bool] = True
 
-    def __init__(self, cfg: AlgoConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device) -> None:
+    def __init__(
+        self, cfg: AlgoConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device
+    ) -> None:
         self.cfg = cfg
         self.obs_dims = dict(obs_dims)
         self.action_dim = action_dim
@@ -56,7 +58,9 @@ class Algorithm:
     @classmethod
     def chunk_fields(cls, obs_dims: dict[str, int], action_dim: int) -> FieldSpecs:
         groups = tuple(g if g in obs_dims else "policy" for g in cls.next_obs_groups)
-        return transition_fields(obs_dims, action_dim, tuple(dict.fromkeys(groups)), cls.uses_logprob)
+        return transition_fields(
+            obs_dims, action_dim, tuple(dict.fromkeys(groups)), cls.uses_logprob
+        )
 
     @staticmethod
     def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> nn.Module:
@@ -76,7 +80,9 @@ class Algorithm:
 def actor_to_flat(actor: nn.Module) -> np.ndarray:
     """Parameters and buffers in state_dict order, as one float32 vector (the weight store layout)."""
     with torch.no_grad():
-        parts = [t.detach().reshape(-1).to("cpu", torch.float32) for t in actor.state_dict().values()]
+        parts = [
+            t.detach().reshape(-1).to("cpu", torch.float32) for t in actor.state_dict().values()
+        ]
     return torch.cat(parts).numpy() if parts else np.zeros(0, np.float32)
 
 
@@ -89,5 +95,7 @@ def flat_to_actor(actor: nn.Module, flat: np.ndarray) -> None:
     with torch.no_grad():
         for tensor in state.values():
             n = tensor.numel()
-            tensor.copy_(torch.from_numpy(flat[offset : offset + n]).view_as(tensor).to(tensor.dtype))
+            tensor.copy_(
+                torch.from_numpy(flat[offset : offset + n]).view_as(tensor).to(tensor.dtype)
+            )
             offset += n

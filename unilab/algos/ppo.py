@@ -1,7 +1,7 @@
 """PPO: GAE, clipped surrogate, clipped value loss, entropy bonus, KL-adaptive learning rate.
 
 Read top to bottom: config, networks, advantages, update. Time-outs are bootstrapped with
-the critic's value of the pre-reset observation (`next_obs.<critic group>`), so only real
+the critic's value of the pre-reset observation (`next_obs_<critic group>`), so only real
 terminations cut the return.
 """
 
@@ -60,11 +60,17 @@ class PPOConfig(AlgoConfig):
 class PPO(Algorithm):
     """Proximal Policy Optimization (on-policy), synchronous batches."""
 
-    def __init__(self, cfg: PPOConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device) -> None:
+    def __init__(
+        self, cfg: PPOConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device
+    ) -> None:
         super().__init__(cfg, obs_dims, action_dim, device)
         self.cfg: PPOConfig = cfg
-        self.actor = self.build_actor(cfg, obs_dims, action_dim).to(device)
-        self.critic = ValueCritic(obs_dims[self.critic_group], cfg.critic_hidden, cfg.activation).to(device)
+        self.actor: GaussianActor = GaussianActor(
+            obs_dims["policy"], action_dim, cfg.actor_hidden, cfg.activation, cfg.init_std
+        ).to(device)
+        self.critic = ValueCritic(
+            obs_dims[self.critic_group], cfg.critic_hidden, cfg.activation
+        ).to(device)
         self.optimizer = torch.optim.Adam(
             [*self.actor.parameters(), *self.critic.parameters()], lr=cfg.lr
         )
@@ -72,15 +78,19 @@ class PPO(Algorithm):
 
     @staticmethod
     def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> nn.Module:
-        return GaussianActor(obs_dims["policy"], action_dim, cfg.actor_hidden, cfg.activation, cfg.init_std)
+        return GaussianActor(
+            obs_dims["policy"], action_dim, cfg.actor_hidden, cfg.activation, cfg.init_std
+        )
 
     # -- advantages -------------------------------------------------------------------------
     @torch.no_grad()
-    def advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def advantages(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE over (T, N): returns (values, advantages, returns)."""
         group = self.critic_group
-        values = self.critic(batch[f"obs.{group}"])
-        next_values = self.critic(batch[f"next_obs.{group}"])
+        values = self.critic(batch[f"obs_{group}"])
+        next_values = self.critic(batch[f"next_obs_{group}"])
         reward, terminated = batch["reward"], batch["terminated"]
         done = torch.clamp(terminated + batch["truncated"], max=1.0)
         deltas = reward + self.cfg.gamma * (1.0 - terminated) * next_values - values
@@ -92,10 +102,12 @@ class PPO(Algorithm):
         return values, adv, adv + values
 
     # -- update -----------------------------------------------------------------------------
-    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None) -> dict[str, float]:
+    def update(
+        self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None
+    ) -> dict[str, float]:
         cfg = self.cfg
-        self.actor.normalizer.update(batch["obs.policy"])
-        self.critic.normalizer.update(batch[f"obs.{self.critic_group}"])
+        self.actor.normalizer.update(batch["obs_policy"])
+        self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
         values, adv, returns = self.advantages(batch)
 
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
@@ -104,13 +116,19 @@ class PPO(Algorithm):
         is_weight = torch.ones_like(adv) if weights is None else weights.reshape(-1)
         n = adv.shape[0]
         mb_size = max(1, n // cfg.num_minibatches)
-        stats: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_frac": 0.0}
+        stats: dict[str, float] = {
+            "policy_loss": 0.0,
+            "value_loss": 0.0,
+            "entropy": 0.0,
+            "kl": 0.0,
+            "clip_frac": 0.0,
+        }
         count = 0
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n - mb_size + 1, mb_size):
                 idx = perm[start : start + mb_size]
-                dist = self.actor.distribution(flat["obs.policy"][idx])
+                dist = self.actor.distribution(flat["obs_policy"][idx])
                 logp = dist.log_prob(flat["action"][idx]).sum(-1)
                 log_ratio = logp - flat["logprob"][idx]
                 ratio = log_ratio.exp()
@@ -118,10 +136,12 @@ class PPO(Algorithm):
                 surrogate = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))
                 policy_loss = (is_weight[idx] * surrogate).mean()
 
-                value = self.critic(flat[f"obs.{self.critic_group}"][idx])
+                value = self.critic(flat[f"obs_{self.critic_group}"][idx])
                 value_loss = (value - returns[idx]).square()
                 if cfg.value_clip > 0:
-                    clipped = old_values[idx] + (value - old_values[idx]).clamp(-cfg.value_clip, cfg.value_clip)
+                    clipped = old_values[idx] + (value - old_values[idx]).clamp(
+                        -cfg.value_clip, cfg.value_clip
+                    )
                     value_loss = torch.max(value_loss, (clipped - returns[idx]).square())
                 value_loss = value_loss.mean()
                 entropy = dist.entropy().sum(-1).mean()
@@ -129,7 +149,9 @@ class PPO(Algorithm):
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_([*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(
+                    [*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm
+                )
                 self.optimizer.step()
 
                 with torch.no_grad():
@@ -143,7 +165,7 @@ class PPO(Algorithm):
                 count += 1
         out = {k: v / max(count, 1) for k, v in stats.items()}
         out["lr"] = self.lr
-        out["action_std"] = float(self.actor.log_std.exp().mean())
+        out["action_std"] = float(self.actor.log_std.detach().exp().mean())
         out["value_mean"] = float(old_values.mean())
         return out
 

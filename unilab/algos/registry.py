@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from unilab.algos.base import Algorithm
 from unilab.config.schema import AlgoConfig
 from unilab.registry import Registry
 
 
 @dataclass(frozen=True)
 class AlgoEntry:
-    algo_cls: type
+    algo_cls: type[Algorithm]
     config_cls: type[AlgoConfig]
     off_policy: bool
     description: str
@@ -20,7 +21,7 @@ class AlgoEntry:
 
 ALGORITHMS: Registry[AlgoEntry] = Registry("algorithm")
 
-AlgoT = TypeVar("AlgoT", bound=type)
+AlgoT = TypeVar("AlgoT", bound=type[Algorithm])
 
 
 def register_algo(

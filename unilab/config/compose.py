@@ -53,7 +53,9 @@ def load_yaml(path: Path, what: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} file {path} must hold a mapping of sections, got {type(data).__name__}")
+        raise ConfigError(
+            f"{what} file {path} must hold a mapping of sections, got {type(data).__name__}"
+        )
     return data
 
 
@@ -65,7 +67,9 @@ def preset_path(name_or_path: str) -> Path:
 
 
 def list_presets() -> list[str]:
-    return sorted(str(p.relative_to(PRESET_DIR).with_suffix("")) for p in PRESET_DIR.glob("*/*.yaml"))
+    return sorted(
+        str(p.relative_to(PRESET_DIR).with_suffix("")) for p in PRESET_DIR.glob("*/*.yaml")
+    )
 
 
 def _is_strict(node: DictConfig) -> bool:
@@ -116,7 +120,20 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return items
 
 
-def _apply(cfg: DictConfig, items: list[tuple[str, Any]], origin: str, problems: list[str]) -> None:
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def _apply(
+    cfg: DictConfig, items: list[tuple[str, Any]], origin: str, problems: list[str]
+) -> DictConfig:
+    """Merge each (key, value) into cfg; collect one problem per bad key or value."""
     for dotted, value in items:
         if dotted in ("task.name", "algo.name"):
             continue  # chosen before composing; the registry classes fix them
@@ -125,11 +142,13 @@ def _apply(cfg: DictConfig, items: list[tuple[str, Any]], origin: str, problems:
             problems.append(f"{origin}: {problem}")
             continue
         try:
-            OmegaConf.update(cfg, dotted, value, merge=True)
+            # merge (not update): frozen dataclass sections are read-only in place.
+            cfg = typing.cast(DictConfig, OmegaConf.merge(cfg, _nested(dotted, value)))
         except OmegaConfBaseException:
             problems.append(
                 f"{origin}: {dotted}={value!r} has the wrong type; expected {_expected_type(cfg, dotted)}"
             )
+    return cfg
 
 
 def _parse_value(raw: str) -> Any:
@@ -146,13 +165,26 @@ def _parse_value(raw: str) -> Any:
     return value
 
 
-def compose(tokens: list[str]) -> Config:
-    """Build and validate a `Config` from CLI tokens; raises `ConfigError` on any problem."""
+def config_from_yaml(text: str) -> Config:
+    """Rebuild a saved config (e.g. in a worker process) with full validation."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ConfigError("saved config must be a mapping of sections")
+    return compose([], base=data)
+
+
+def compose(tokens: list[str], base: dict[str, Any] | None = None) -> Config:
+    """Build and validate a `Config` from CLI tokens; raises `ConfigError` on any problem.
+
+    `base` is a saved config (as a dict) to start from instead of the preset.
+    """
+    import unilab.algos
+    import unilab.tasks  # noqa: F401  (importing the packages registers everything)
     from unilab.algos.registry import ALGORITHMS
     from unilab.tasks.registry import TASKS
 
     special, dotted = parse_overrides(tokens)
-    base: dict[str, Any] = {}
+    base = dict(base or {})
     if "config" in special:
         base = load_yaml(Path(special["config"]), "config")
     if "resume" in special:
@@ -172,7 +204,9 @@ def compose(tokens: list[str]) -> Config:
     algo_entry = ALGORITHMS.get(algo_name)
 
     cfg = OmegaConf.structured(
-        Config(task=task_entry.config_cls(name=task_name), algo=algo_entry.config_cls(name=algo_name))
+        Config(
+            task=task_entry.config_cls(name=task_name), algo=algo_entry.config_cls(name=algo_name)
+        )
     )
     problems: list[str] = []
     layers: list[tuple[str, dict[str, Any]]] = []
@@ -186,8 +220,8 @@ def compose(tokens: list[str]) -> Config:
     if base:
         layers.append(("saved config", base))
     for origin, data in layers:
-        _apply(cfg, _flatten(data), origin, problems)
-    _apply(cfg, [(k, _parse_value(v)) for k, v in dotted], "command line", problems)
+        cfg = _apply(cfg, _flatten(data), origin, problems)
+    cfg = _apply(cfg, [(k, _parse_value(v)) for k, v in dotted], "command line", problems)
     if problems:
         raise ConfigError(problems)
     config = typing.cast(Config, OmegaConf.to_object(cfg))
@@ -210,10 +244,10 @@ def validate(cfg: Config) -> None:
     ):
         if value < 1:
             problems.append(f"{key}={value} must be at least 1")
-    if cfg.sim.num_envs < cfg.runtime.num_workers:
+    if cfg.runtime.num_workers >= 1 and cfg.sim.num_envs % cfg.runtime.num_workers:
         problems.append(
-            f"sim.num_envs={cfg.sim.num_envs} is smaller than runtime.num_workers="
-            f"{cfg.runtime.num_workers}; each worker needs at least one env"
+            f"sim.num_envs={cfg.sim.num_envs} does not split evenly over runtime.num_workers="
+            f"{cfg.runtime.num_workers}; use a multiple of the worker count"
         )
     if problems:
         raise ConfigError(problems)

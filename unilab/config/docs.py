@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import textwrap
 from functools import cache
 
@@ -25,7 +26,7 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         tree = ast.parse(source)
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, nxt in zip(body, body[1:], strict=False):
+        for node, nxt in itertools.pairwise(body):
             if (
                 isinstance(node, ast.AnnAssign)
                 and isinstance(node.target, ast.Name)

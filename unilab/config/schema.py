@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from unilab.sim.randomization import DomainRandomization
+
 DEFAULT_TASK = "cartpole_balance"
 
 
@@ -39,12 +41,12 @@ class RunConfig:
 class SimConfig:
     num_envs: int = 256
     """Environments in total, split evenly over runtime.num_workers."""
-    check_instability: bool = True
-    """Reset and count envs whose physics diverged (warnings, non-finite or huge state)."""
     max_abs_qpos: float = 1e4
-    """qpos beyond this is treated as diverged."""
+    """|qpos| beyond this counts as diverged: the env is reset and its step marked sim_unstable."""
     max_abs_qvel: float = 1e4
-    """qvel beyond this is treated as diverged."""
+    """|qvel| beyond this counts as diverged."""
+    max_abs_qacc: float = 1e8
+    """|qacc| beyond this counts as diverged."""
 
 
 @dataclass
@@ -87,6 +89,8 @@ class TaskConfig:
     """Scale of uniform observation noise on the policy group (0: off)."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Overrides of reward term weights, by term name; a weight of 0 disables the term."""
+    randomization: DomainRandomization = field(default_factory=DomainRandomization)
+    """Per-env physics ranges drawn at each reset (friction, mass, CoM, gains, damping)."""
 
 
 @dataclass

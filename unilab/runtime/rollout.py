@@ -2,9 +2,9 @@
 
 The transition fields (see `unilab.algos.base.transition_fields`), each (T, N, ...):
 
-- `obs.<group>`: observation at step t (after any auto-reset of step t-1);
-- `next_obs.<group>`: observation after step t, *before* auto-reset, so a learner can
-  bootstrap time-outs; equal to `obs.<group>[t+1]` wherever the episode goes on;
+- `obs_<group>`: observation at step t (after any auto-reset of step t-1);
+- `next_obs_<group>`: observation after step t, *before* auto-reset, so a learner can
+  bootstrap time-outs; equal to `obs_<group>[t+1]` wherever the episode goes on;
 - `action`, `logprob`: what the actor did and its log-probability;
 - `reward`, `terminated`, `truncated`: as the task returned them (flags as 0/1 floats);
 - `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere.
@@ -14,6 +14,8 @@ The same function fills a shared-memory ring slot in a worker and a plain array 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,14 +40,19 @@ def start_rollout(task: Task) -> RolloutState:
 
 
 def collect_chunk(
-    task: Task, actor: torch.nn.Module, out: dict[str, np.ndarray], state: RolloutState
+    task: Task,
+    actor: torch.nn.Module,
+    out: dict[str, np.ndarray],
+    state: RolloutState,
+    on_step: Callable[[], None] | None = None,
 ) -> RolloutState:
-    """Run T = out['action'].shape[0] steps, writing every field of `out` in place."""
-    import time
+    """Run T = out['action'].shape[0] steps, writing every field of `out` in place.
 
+    `on_step` runs once per step (a worker's heartbeat).
+    """
     horizon = out["action"].shape[0]
-    next_groups = [k.split(".", 1)[1] for k in out if k.startswith("next_obs.")]
-    obs_groups = [k.split(".", 1)[1] for k in out if k.startswith("obs.")]
+    next_groups = [k.removeprefix("next_obs_") for k in out if k.startswith("next_obs_")]
+    obs_groups = [k.removeprefix("obs_") for k in out if k.startswith("obs_")]
     has_logprob = "logprob" in out
     for t in range(horizon):
         t0 = time.perf_counter()
@@ -56,9 +63,9 @@ def collect_chunk(
         result = task.step(action_np)
         t2 = time.perf_counter()
         for group in obs_groups:
-            out[f"obs.{group}"][t] = state.obs[group]
+            out[f"obs_{group}"][t] = state.obs[group]
         for group in next_groups:
-            out[f"next_obs.{group}"][t] = result.final_obs[group]
+            out[f"next_obs_{group}"][t] = result.final_obs[group]
         out["action"][t] = action_np
         if has_logprob:
             out["logprob"][t] = logprob.numpy()
@@ -71,5 +78,7 @@ def collect_chunk(
         state.sim_unstable += int(result.reasons["sim_unstable"].sum())
         state.inference_s += t1 - t0
         state.sim_s += t2 - t1
+        if on_step is not None:
+            on_step()
     state.env_steps += horizon * task.num_envs
     return state

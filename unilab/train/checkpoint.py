@@ -64,11 +64,15 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
             f"checkpoint {path} is unreadable (truncated or corrupt): {type(exc).__name__}: {exc}"
         ) from None
     if not isinstance(state, dict) or "iteration" not in state:
-        raise CheckpointError(f"checkpoint {path} is not a unilab checkpoint (no 'iteration' entry)")
+        raise CheckpointError(
+            f"checkpoint {path} is not a unilab checkpoint (no 'iteration' entry)"
+        )
     return state
 
 
-def load_latest_good(directory: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict[str, Any], list[str]]:
+def load_latest_good(
+    directory: Path, map_location: str | torch.device = "cpu"
+) -> tuple[Path, dict[str, Any], list[str]]:
     """Newest loadable checkpoint, plus one message per newer bad file it skipped."""
     skipped: list[str] = []
     for path in reversed(list_checkpoints(directory)):
@@ -82,7 +86,7 @@ def load_latest_good(directory: Path, map_location: str | torch.device = "cpu") 
 
 def rng_state() -> dict[str, Any]:
     """The learner process's RNG states, as weights_only-safe values (tensors and ints)."""
-    mt_name, mt_key, mt_pos, mt_has_gauss, mt_gauss = np.random.get_state(legacy=True)
+    _mt_name, mt_key, mt_pos, mt_has_gauss, mt_gauss = np.random.get_state(legacy=True)
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

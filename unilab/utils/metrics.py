@@ -20,7 +20,10 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in metrics.items() if v is not None}
         if self._file is not None:
-            row = {"env_steps": step, **{k: (v if math.isfinite(v) else None) for k, v in clean.items()}}
+            row = {
+                "env_steps": step,
+                **{k: (v if math.isfinite(v) else None) for k, v in clean.items()},
+            }
             self._file.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for key, value in clean.items():

@@ -10,6 +10,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -21,7 +22,7 @@ class TrainingProgress:
         self.quiet = quiet or not sys.stderr.isatty()
         self.console = Console(stderr=True)
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
         self.total = total_steps
         self.description = description
 
@@ -40,7 +41,9 @@ class TrainingProgress:
                 transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task(self.description, total=self.total, sps="-", ret="-")
+            self._task = self._progress.add_task(
+                self.description, total=self.total, sps="-", ret="-"
+            )
         return self
 
     def update(self, steps: int, steps_per_s: float, mean_return: float | None) -> None:
