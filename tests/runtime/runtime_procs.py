@@ -36,7 +36,7 @@ def attach_and_exit(name: str, size: int, mode: str, mark: int) -> None:
 
 
 def weight_writer(handle: WeightHandle, duration_s: float, result: Connection) -> None:
-    store = WeightStore.attach(handle)
+    store = WeightStore.attach(handle, writer=True)
     params = np.empty(store.num_floats, np.float32)
     end = time.monotonic() + duration_s
     version = store.version

@@ -34,6 +34,8 @@ def test_publish_and_read_in_one_process(owner: SegmentOwner) -> None:
     named = layout.unflatten(got[1])
     assert named["b"].tolist() == [0, 1, 2, 3] and named["obs_mean"].tolist() == [5, 6]
     assert reader.read_if_newer(1) is None
+    with pytest.raises(PermissionError, match="read-only"):
+        reader.publish(params)
     assert store.publish(params * 2) == 2
     got = reader.read_if_newer(1)
     assert got is not None and got[0] == 2 and float(got[1][0]) == 2.0

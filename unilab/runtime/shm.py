@@ -29,6 +29,7 @@ if sys.platform == "win32":  # pragma: no cover - the runtime targets Linux (and
 
 import _posixshmem
 
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only; elsewhere pages fault lazily
 NAME_ROOT = "unilab_"
 SHM_DIR = Path("/dev/shm")
 _NAME_RE = re.compile(r"^unilab_(\d+)_[0-9a-f]+_")
@@ -38,17 +39,25 @@ _PURPOSE_RE = re.compile(r"^[a-z0-9]{1,8}$")
 class Segment:
     """One mapped segment. Attachers never unlink; only `SegmentOwner` does."""
 
-    def __init__(self, name: str, size: int, fd: int) -> None:
+    def __init__(self, name: str, size: int, fd: int, *, populate: bool = False) -> None:
         self.name = name
         self.size = size
+        flags = mmap.MAP_SHARED
+        if populate:
+            flags |= _MAP_POPULATE
         try:
-            self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, size, flags=flags)
         finally:
             os.close(fd)  # the mapping keeps the memory; the descriptor is no longer needed
 
     @classmethod
     def attach(cls, name: str, size: int) -> Segment:
-        """Map an existing segment created by the owner process."""
+        """Map an existing segment created by the owner process.
+
+        On Linux the mapping is populated at once (MAP_POPULATE): page tables are per
+        process, so without it a worker's first pass over its slots runs several times
+        slower than later ones.
+        """
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except FileNotFoundError:
@@ -60,7 +69,7 @@ class Segment:
         if actual < size:
             os.close(fd)
             raise ValueError(f"segment {name!r} holds {actual} bytes, expected at least {size}")
-        return cls(name, size, fd)
+        return cls(name, size, fd, populate=True)
 
     @property
     def buffer(self) -> mmap.mmap:

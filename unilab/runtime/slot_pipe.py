@@ -12,6 +12,7 @@ descriptors); pickling one anywhere else is refused.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 from multiprocessing import context, reduction
@@ -34,6 +35,7 @@ class SlotPipe:
         self.read_fd = read_fd
         self.write_fd = write_fd
         self._partial = b""
+        self._poller: select.poll | None = None
 
     def send(self, slot_id: int) -> bool:
         """Write one id; False when the pipe is full (the id is then a lost wake-up hint)."""
@@ -49,9 +51,11 @@ class SlotPipe:
         """Block until readable or `timeout` seconds pass; True when readable."""
         if self.read_fd is None:
             raise ValueError("this SlotPipe has no read end")
-        poller = select.poll()
-        poller.register(self.read_fd, select.POLLIN)
-        return bool(poller.poll(max(0.0, timeout) * 1000.0))
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.read_fd, select.POLLIN)
+        ms = None if math.isinf(timeout) else max(0.0, timeout) * 1000.0
+        return bool(self._poller.poll(ms))
 
     def drain(self) -> list[int]:
         """Every id currently in the pipe, in write order; never blocks."""
@@ -79,6 +83,7 @@ class SlotPipe:
                     os.close(fd)
         self.read_fd = None
         self.write_fd = None
+        self._poller = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         if context.get_spawning_popen() is None:

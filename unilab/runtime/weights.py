@@ -92,8 +92,9 @@ class WeightStore:
     Exactly one process may `publish`; any number may `read_if_newer`.
     """
 
-    def __init__(self, segment: Segment, layout: WeightLayout) -> None:
+    def __init__(self, segment: Segment, layout: WeightLayout, *, writer: bool = True) -> None:
         self.layout = layout
+        self.writer = writer
         self.num_floats = layout.num_floats
         self._segment = segment
         self._control = segment.array(np.int64, (8,), 0)
@@ -116,8 +117,10 @@ class WeightStore:
         return cls(owner.create(name, size), layout)
 
     @classmethod
-    def attach(cls, handle: WeightHandle) -> WeightStore:
-        return cls(Segment.attach(handle.segment_name, handle.segment_size), handle.layout)
+    def attach(cls, handle: WeightHandle, *, writer: bool = False) -> WeightStore:
+        """Map the store in another process; read-only unless `writer` (one writer per run)."""
+        segment = Segment.attach(handle.segment_name, handle.segment_size)
+        return cls(segment, handle.layout, writer=writer)
 
     def handle(self) -> WeightHandle:
         return WeightHandle(self._segment.name, self._segment.size, self.layout)
@@ -129,6 +132,8 @@ class WeightStore:
 
     def publish(self, flat_params: np.ndarray) -> int:
         """Write a new version and return its number (1, 2, ...). Single writer only."""
+        if not self.writer:
+            raise PermissionError("this WeightStore was attached read-only (attach(writer=True))")
         if flat_params.shape != (self.num_floats,):
             raise ValueError(
                 f"publish: expected shape ({self.num_floats},), got {flat_params.shape}"
@@ -149,7 +154,8 @@ class WeightStore:
     ) -> tuple[int, np.ndarray] | None:
         """(version, copy) when a version newer than `last_version` exists, else None.
 
-        The copy is never torn. `out` (float32, num_floats) avoids an allocation.
+        The copy is never torn. `out` (float32, num_floats) avoids an allocation; the
+        returned array is then `out` itself.
         """
         if out is None:
             out = np.empty(self.num_floats, DTYPE)

@@ -138,7 +138,12 @@ def import_worker_fn(path: str) -> Callable[[WorkerContext], None]:
     return obj
 
 
+_MAX_REPORT_CHARS = 30_000  # well inside one pipe buffer, so sending never blocks
+
+
 def _report(launch: WorkerLaunch, tb: str) -> None:
+    if len(tb) > _MAX_REPORT_CHARS:  # keep the end: it names the exception
+        tb = "...(truncated)...\n" + tb[-_MAX_REPORT_CHARS:]
     text = (
         f"worker {launch.worker_id} (generation {launch.generation}, pid {os.getpid()}) "
         f"raised:\n{tb}"
