@@ -80,6 +80,20 @@ def test_build_schema_defaults_and_scalar_columns(store_path: Path) -> None:
     assert validate(store_path, deep=True) == []
 
 
+def test_fsync_data_and_read_rows(store_path: Path) -> None:
+    EpisodeStore.create(store_path, small_schema()).close()
+    with EpisodeStore.open(store_path, "a", fsync_data=True) as store:
+        for k in range(4):
+            store.append_episode(make_episode(k), make_meta(k))
+    with EpisodeStore.open(store_path) as store:
+        assert_store_matches(store, Expected())
+        rows = np.array([[5, 0], [5, 20]])
+        want = np.concatenate([make_episode(k)["images/cam"] for k in range(4)])[rows]
+        np.testing.assert_array_equal(store.read_rows("images/cam", rows), want)
+        with pytest.raises(IndexError, match="committed range"):
+            store.read_rows("images/cam", np.array([store.num_frames]))
+
+
 def test_open_mode_a_creates_and_reopens(store_path: Path) -> None:
     with EpisodeStore.open(store_path, "a", schema=small_schema()) as store:
         store.append_episode(make_episode(0), make_meta(0))

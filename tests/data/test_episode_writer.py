@@ -28,11 +28,15 @@ def _step_frames(env_ids: np.ndarray, episode_no: np.ndarray, t: np.ndarray) -> 
     }
 
 
-def test_writer_appends_each_env_episode_when_it_ends(store_path: Path) -> None:
+@pytest.mark.parametrize("commit_frames", [0, 60])
+def test_writer_appends_each_env_episode_when_it_ends(store_path: Path, commit_frames: int) -> None:
     n_envs, steps = 5, 120
     rng = np.random.default_rng(0)
     store = EpisodeStore.create(store_path, small_schema())
-    writer = EpisodeWriter(store, n_envs, origin="sim", initial_capacity=4)
+    writer = EpisodeWriter(
+        store, n_envs, origin="sim", initial_capacity=4, commit_frames=commit_frames
+    )
+    returned: list[int] = []
     horizon = rng.integers(2, 30, size=n_envs)  # forces the ring to grow past 4
     t = np.zeros(n_envs, dtype=np.int64)
     episode_no = np.zeros(n_envs, dtype=np.int64)
@@ -47,12 +51,18 @@ def test_writer_appends_each_env_episode_when_it_ends(store_path: Path) -> None:
             writer.set_meta(int(e), {"seed": int(e), "success": bool(term[e])})
             expected.append((int(e), int(episode_no[e]), int(horizon[e]), bool(term[e])))
         ids = writer.add_step(frames)
-        assert len(ids) == int(ends.sum())
+        if commit_frames == 0:  # every episode is committed at the step it ends
+            assert len(ids) == int(ends.sum())
+        else:  # committed in groups of at least commit_frames frames
+            assert not ids or sum(store.lengths[ids]) >= commit_frames
+        assert ids == list(range(len(returned), len(returned) + len(ids)))
+        returned += ids
         t = np.where(ends, 0, t + 1)
         episode_no += ends
         horizon = np.where(ends, rng.integers(2, 30, size=n_envs), horizon)
     pending = writer.pending_frames().copy()
-    tail_ids = writer.close(keep_partial=True)
+    waiting = len(expected) - len(returned)
+    tail_ids = writer.close(keep_partial=True)[waiting:]
     assert len(tail_ids) == int((pending > 0).sum())
     assert writer.frames_written == steps * n_envs
     store.close()

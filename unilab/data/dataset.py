@@ -126,10 +126,7 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
     def _gather(self, name: str, rows: np.ndarray) -> np.ndarray:
         if name not in self.image_fields:
             return self._columns[name][rows]
-        store = self._reader()
-        flat = rows.reshape(-1)
-        out = np.stack([store.read(name, int(r), int(r) + 1)[0] for r in flat])
-        return out.reshape(*rows.shape, *out.shape[1:])
+        return self._reader().read_rows(name, rows)
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
         n = len(self)

@@ -39,11 +39,12 @@ ALLOWED_DTYPES = (
     "float64",
 )
 
-# Chunk sizing: images are read frame by frame (random access for learning, sequential for
-# video), so their chunks hold few frames; vector columns are small and read in runs.
+# Chunk sizing (measured, docs/decisions/0005): zarr's cost is mostly per chunk, so chunks
+# of ~256 KiB beat one-frame chunks even for random image reads, while keeping the
+# read-modify-write of a boundary chunk cheap for small appends. Large images get 1 frame.
 IMAGE_CHUNK_BYTES = 256 * 1024
-VECTOR_CHUNK_BYTES = 64 * 1024
-MAX_CHUNK_FRAMES = 16384
+VECTOR_CHUNK_BYTES = 256 * 1024
+MAX_CHUNK_FRAMES = 65536
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(/[a-z0-9_]+)?$")
 RESERVED_PREFIXES = ("episode_index",)

@@ -301,6 +301,24 @@ class EpisodeStore:
             )
         return np.asarray(self._array(name, stop)[start:stop])
 
+    def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Committed frames at arbitrary indices `rows` (any shape) of field `name`; each
+        stored chunk is fetched once per call."""
+        if name not in self.schema.fields:
+            raise KeyError(f"unknown field {name!r}; the store's fields are {self.schema.names}")
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            spec = self.schema.fields[name]
+            return np.zeros((*rows.shape, *spec.shape), dtype=spec.dtype)
+        lo, hi = int(rows.min()), int(rows.max())
+        if lo < 0 or hi >= self.num_frames:
+            raise IndexError(
+                f"frames [{lo}, {hi}] are outside the committed range [0, {self.num_frames})"
+            )
+        unique, inverse = np.unique(rows, return_inverse=True)
+        data = np.asarray(self._array(name, hi + 1).get_orthogonal_selection((unique,)))
+        return data[inverse.reshape(rows.shape)]
+
     def episode(self, i: int, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
         """All (or the named) fields of committed episode `i`, as arrays of its frames."""
         j = self._check_episode(i)
