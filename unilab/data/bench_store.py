@@ -62,9 +62,7 @@ def bench_append(root: Path, images: bool, episodes: int, length: int) -> dict[s
     data = [_episode(length, rng, images) for _ in range(episodes)]
     path = root / f"append_{int(images)}.zarr"
     with EpisodeStore.create(path, schema) as store:
-        seconds = _timed(
-            lambda: [store.append_episode(ep, {"fps": 50.0}) for ep in data]  # type: ignore[func-returns-value]
-        )
+        seconds = _timed(lambda: [store.append_episode(ep, {"fps": 50.0}) for ep in data])
     frames = episodes * length
     return {
         "frames_per_s": frames / seconds,
