@@ -37,6 +37,17 @@ def transition_fields(
     return fields
 
 
+def info_fields(reward_terms: list[str], task_metrics: list[str]) -> FieldSpecs:
+    """Per-step logging fields every chunk carries: each reward term and each task metric,
+    in sorted name order (the learner logs their means; algorithms ignore them)."""
+    fields: FieldSpecs = {}
+    if reward_terms:
+        fields["reward_terms"] = ((len(reward_terms),), "float32")
+    if task_metrics:
+        fields["task_metrics"] = ((len(task_metrics),), "float32")
+    return fields
+
+
 class Algorithm:
     """Base of learners. Subclasses set `name`, build networks and implement `update`."""
 

@@ -7,7 +7,8 @@ The transition fields (see `unilab.algos.base.transition_fields`), each (T, N, .
   bootstrap time-outs; equal to `obs_<group>[t+1]` wherever the episode goes on;
 - `action`, `logprob`: what the actor did and its log-probability;
 - `reward`, `terminated`, `truncated`: as the task returned them (flags as 0/1 floats);
-- `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere.
+- `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere;
+- `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order.
 
 The same function fills a shared-memory ring slot in a worker and a plain array in tests.
 """
@@ -54,6 +55,7 @@ def collect_chunk(
     next_groups = [k.removeprefix("next_obs_") for k in out if k.startswith("next_obs_")]
     obs_groups = [k.removeprefix("obs_") for k in out if k.startswith("obs_")]
     has_logprob = "logprob" in out
+    has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     for t in range(horizon):
         t0 = time.perf_counter()
         policy_obs = torch.from_numpy(state.obs["policy"])
@@ -74,6 +76,12 @@ def collect_chunk(
         out["truncated"][t] = result.truncated
         out["episode_return"][t] = result.episode_return
         out["episode_length"][t] = result.episode_length
+        if has_terms:
+            terms = result.reward_terms
+            out["reward_terms"][t] = np.stack([terms[k] for k in sorted(terms)], axis=-1)
+        if has_metrics:
+            extras = result.extras
+            out["task_metrics"][t] = np.stack([extras[k] for k in sorted(extras)], axis=-1)
         state.obs = result.obs
         state.sim_unstable += int(result.reasons["sim_unstable"].sum())
         state.inference_s += t1 - t0

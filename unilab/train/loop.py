@@ -8,6 +8,7 @@ summary.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unilab.algos.base import actor_to_flat
+from unilab.algos.base import actor_to_flat, info_fields
 from unilab.algos.registry import ALGORITHMS
 from unilab.config.compose import to_yaml
 from unilab.config.schema import Config
@@ -62,6 +63,8 @@ def train(cfg: Config) -> RunDir:
     probe = make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
     obs_dims, action_dim = probe.obs_dims, probe.action_dim
     metadata = probe.metadata()
+    probe.reset()
+    term_names, metric_names = sorted(probe.reward_weights), sorted(probe.task_metrics())
     del probe
     entry = ALGORITHMS.get(cfg.algo.name)
     algo = entry.algo_cls(cfg.algo, obs_dims, action_dim, device)
@@ -89,7 +92,10 @@ def train(cfg: Config) -> RunDir:
     runtime = LearnerRuntime(
         cfg,
         to_yaml(cfg),
-        entry.algo_cls.chunk_fields(obs_dims, action_dim),
+        {
+            **entry.algo_cls.chunk_fields(obs_dims, action_dim),
+            **info_fields(term_names, metric_names),
+        },
         flat.size,
         device,
         state_dir=run.path / "worker_states",
@@ -160,6 +166,7 @@ def train(cfg: Config) -> RunDir:
                     row["runtime/learner_wait_s"] = prof.totals.get("learner_wait", 0.0)
                     row["runtime/update_s"] = prof.totals.get("update", 0.0)
                     row["runtime/publish_s"] = prof.totals.get("publish", 0.0)
+                    row.update(_info_means(runtime._staging_np, term_names, metric_names))
                     row.update({f"workers/{k}": v for k, v in runtime.stats.totals().items()})
                     row.update(
                         {f"supervisor/{k}": v for k, v in runtime.supervisor.stats().items()}
@@ -186,6 +193,24 @@ def train(cfg: Config) -> RunDir:
         f"sim idle {sim_idle:.0f} %, learner idle {learner_idle:.0f} %; "
         f"staleness {staleness}; unstable envs reset {int(worker_totals['sim_unstable'])}"
     )
+    (run.path / "summary.json").write_text(
+        json.dumps(
+            {
+                "iterations": iteration,
+                "env_steps": env_steps,
+                "wall_s": wall,
+                "mean_return": float(np.mean(returns)) if returns else None,
+                "sim_idle_pct": sim_idle,
+                "learner_idle_pct": learner_idle,
+                "staleness_hist": {str(k): v for k, v in staleness.items()},
+                "dropped_stale": runtime.counts["dropped_stale"],
+                "workers": worker_totals,
+                "supervisor": runtime.supervisor.stats(),
+                "profile_s": prof.snapshot(),
+            },
+            indent=2,
+        )
+    )
     print(summary, file=sys.stderr)
     if not cfg.run.quiet:
         print(prof.report(), file=sys.stderr)
@@ -193,3 +218,18 @@ def train(cfg: Config) -> RunDir:
     if stop:
         raise SystemExit(stop.exit_code)
     return run
+
+
+def _info_means(
+    staging: dict[str, np.ndarray], terms: list[str], metrics: list[str]
+) -> dict[str, float]:
+    """Batch means of each reward term (per step) and task metric, for logging."""
+    out: dict[str, float] = {}
+    for field, names, prefix in (
+        ("reward_terms", terms, "reward/"),
+        ("task_metrics", metrics, "task/"),
+    ):
+        if field in staging and names:
+            means = staging[field].reshape(-1, len(names)).mean(axis=0)
+            out.update({prefix + n: float(m) for n, m in zip(names, means, strict=True)})
+    return out
