@@ -2,6 +2,7 @@
 package registers every task."""
 
 from unilab.tasks import cartpole_balance
+from unilab.tasks import mjcf as mjcf
 from unilab.tasks.registry import TASKS, make_task, register_task
 
 __all__ = ["TASKS", "cartpole_balance", "make_task", "register_task"]
