@@ -1,0 +1,365 @@
+"""`unilab bench sim`: env steps/s of unilab tasks against the raw MuJoCo batch ceiling and
+gymnasium's vector envs, on the same MJCF, substeps, start state, horizon and actions.
+
+Per scenario (gymnasium's ant.xml; our quadruped scene):
+
+- ceiling: `mujoco.batch.Batch.step(nstep=substeps)` with only a ctrl copy per step, on 1
+  thread and on all usable cores, same num_envs;
+- unilab: the task's `step()` (actions -> ctrl, physics, stability checks, rewards,
+  terminations, observations, auto-resets) on the same threads;
+- gymnasium (ant only): `make_vec("Ant-v5", vectorization_mode="sync" | "async")`.
+
+Fairness: every runner starts all envs from the same state (no reset noise, the model's
+defaults or the task's keyframe), runs the same precomputed random actions for a fixed
+horizon shorter than an episode, and with health terminations off, so nothing resets while
+measured (a second ant row uses Ant-v5's rules and counts its resets). Runners take turns
+round by round and the best of the rounds is kept: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from mujoco import batch as mjbatch
+
+from bench.common import interleaved, machine_info, print_table, summarize, usable_cores, write_json
+from unilab.tasks.base import Task
+from unilab.tasks.mjcf import MjcfConfig
+from unilab.tasks.registry import TASKS, make_task
+
+DEFAULT_OUT = "bench/results/sim.json"
+TARGETS = {"sim_vs_ceiling": 0.9, "sim_vs_gym_sync": 2.5}
+QUADRUPED_TASK = "quadruped_joystick_flat"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    num_envs: int
+    """Envs per batch, the same for every runner except gymnasium async."""
+    horizon: int
+    """Steps timed per run; shorter than any episode here."""
+    repeats: int
+    """Rounds; each runner runs once per round."""
+    gym_async_envs: int
+    """Envs (= processes) of gymnasium's AsyncVectorEnv; one per core is its sweet spot."""
+    gym: bool = True
+
+
+def quick_sizes() -> Sizes:
+    return Sizes(num_envs=32, horizon=40, repeats=3, gym_async_envs=usable_cores())
+
+
+def full_sizes() -> Sizes:
+    return Sizes(num_envs=128, horizon=200, repeats=5, gym_async_envs=usable_cores())
+
+
+# -- runners: each returns env steps per second of one timed run -----------------------------
+Runner = Callable[[], float]
+
+
+def ceiling_runner(task: Task, ctrl_seq: np.ndarray, nthread: int) -> Runner:
+    """Raw Batch.step on the task's own model, substeps and start keyframe."""
+    n = task.num_envs
+    b = mjbatch.Batch(task.model, n, nthread, persistent=True)
+    ctrl = b.bind("ctrl")
+    key = task.sim.default_keyframe
+
+    def run() -> float:
+        b.reset(None, key)
+        t0 = time.perf_counter()
+        for c in ctrl_seq:
+            ctrl[...] = c
+            b.step(nstep=task.substeps)
+        return n * len(ctrl_seq) / (time.perf_counter() - t0)
+
+    return run
+
+
+def task_runner(task: Task, actions: np.ndarray, ends: list[int]) -> Runner:
+    """task.step over the actions; every env starts at the task's default keyframe."""
+    n = task.num_envs
+    all_ids = np.arange(n)
+
+    def run() -> float:
+        task.reset()
+        task.sim.reset(all_ids)  # the same start state for all envs, whatever the task samples
+        ended = 0
+        t0 = time.perf_counter()
+        for a in actions:
+            res = task.step(a)
+            ended += int(np.count_nonzero(res.terminated | res.truncated))
+        rate = n * len(actions) / (time.perf_counter() - t0)
+        ends.append(ended)
+        return rate
+
+    return run
+
+
+def gym_mujoco_note() -> str:
+    """Import gymnasium's MuJoCo envs. Their module imports imageio, used only to save
+    rendered frames; where that optional package is missing, a stand-in module takes its
+    place (nothing here renders) and the returned note says so."""
+    try:
+        import gymnasium.envs.mujoco
+    except ModuleNotFoundError as exc:
+        if exc.name != "imageio":
+            raise
+        sys.modules["imageio"] = types.ModuleType("imageio")
+        import gymnasium.envs.mujoco  # noqa: F401
+
+        return (
+            "imageio (gymnasium[mujoco]'s frame-saving dependency) is not installed; an empty "
+            "stand-in module was used, which forked async workers inherit"
+        )
+    return ""
+
+
+def gym_runner(mode: str, num_envs: int, actions: np.ndarray) -> tuple[Runner, Callable[[], None]]:
+    """gymnasium Ant-v5 vectorized; same start state (no noise), no health termination."""
+    import gymnasium
+
+    vector_kwargs = {"context": "fork"} if mode == "async" else {}
+    env = gymnasium.make_vec(
+        "Ant-v5",
+        num_envs=num_envs,
+        vectorization_mode=mode,
+        vector_kwargs=vector_kwargs,
+        reset_noise_scale=0.0,
+        terminate_when_unhealthy=False,
+    )
+    acts = np.ascontiguousarray(actions[:, :num_envs])
+
+    def run() -> float:
+        env.reset(seed=0)
+        t0 = time.perf_counter()
+        for a in acts:
+            env.step(a)
+        return num_envs * len(acts) / (time.perf_counter() - t0)
+
+    return run, env.close
+
+
+# -- scenarios ------------------------------------------------------------------------------
+def ant_config(rules: bool) -> MjcfConfig:
+    """gymnasium's ant.xml as Ant-v5 sees it (105 observations with contact forces);
+    rules=False: no health termination and no reset noise, so nothing resets."""
+    return MjcfConfig(
+        mjcf_path="gymnasium:ant.xml",
+        control_dt=0.05,
+        episode_length_s=50.0,
+        include_cfrc=True,
+        healthy_z_range=[0.2, 1.0] if rules else [],
+        reset_noise_scale=0.1 if rules else 0.0,
+    )
+
+
+def quadruped_tasks(n: int, threads: list[int], seed: int) -> tuple[list[Task], str, str]:
+    """The joystick task if it is registered and builds, else the mjcf task on its scene."""
+    if QUADRUPED_TASK in TASKS:
+        try:
+            from unilab.config import compose
+
+            cfg = compose([f"task={QUADRUPED_TASK}"]).task
+            return [make_task(cfg, n, seed, t) for t in threads], QUADRUPED_TASK, ""
+        except Exception as exc:
+            note = f"{QUADRUPED_TASK} failed to build ({exc}); used the mjcf task"
+    else:
+        note = f"{QUADRUPED_TASK} is not registered; used the mjcf task"
+    cfg_m = MjcfConfig(
+        mjcf_path="robot:quadruped",
+        control_dt=0.02,
+        action_mode="position",
+        keyframe="home",
+        reset_noise_scale=0.0,
+    )
+    return [make_task(cfg_m, n, seed, t) for t in threads], "mjcf(robot:quadruped)", note
+
+
+def run_scenario(
+    name: str,
+    tasks: list[Task],
+    threads: list[int],
+    sizes: Sizes,
+    actions: np.ndarray,
+    extra: dict[str, Runner],
+    ends: dict[str, list[int]],
+) -> dict[str, list[float]]:
+    ctrl_seq = np.stack([tasks[0].action_to_ctrl(a) for a in actions])
+    runners: dict[str, Runner] = {}
+    for t, task in zip(threads, tasks, strict=True):
+        runners[f"ceiling_{t}t"] = ceiling_runner(task, ctrl_seq, t)
+        ends[f"unilab_{t}t"] = []
+        runners[f"unilab_{t}t"] = task_runner(task, actions, ends[f"unilab_{t}t"])
+    runners.update(extra)
+    return interleaved(runners, sizes.repeats)
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b > 0 else float("nan")
+
+
+def run_benchmark(sizes: Sizes, seed: int = 0) -> dict[str, Any]:
+    """All scenarios; returns the JSON document (rates in env steps/s)."""
+    cores = usable_cores()
+    threads = [1] if cores == 1 else [1, cores]
+    top = threads[-1]
+    rng = np.random.default_rng(seed)
+    n, h = sizes.num_envs, sizes.horizon
+    notes: list[str] = []
+    scenarios: dict[str, Any] = {}
+    closers: list[Callable[[], None]] = []
+    try:
+        # ant: gymnasium envs first, so that async workers fork before MuJoCo threads exist.
+        ant_actions = rng.uniform(-1, 1, (h, n, 8)).astype(np.float32)
+        extra: dict[str, Runner] = {}
+        if sizes.gym:
+            note = gym_mujoco_note()
+            if note:
+                notes.append(note)
+            for mode, envs in (("sync", n), ("async", sizes.gym_async_envs)):
+                run, close = gym_runner(mode, envs, ant_actions)
+                extra[f"gym_{mode}"] = run
+                closers.append(close)
+        ends: dict[str, list[int]] = {"unilab_ant_v5_rules": []}
+        rules_task = make_task(ant_config(rules=True), n, seed, top)
+        extra["unilab_ant_v5_rules"] = task_runner(
+            rules_task, ant_actions, ends["unilab_ant_v5_rules"]
+        )
+        ant_tasks = [make_task(ant_config(rules=False), n, seed, t) for t in threads]
+        ant = run_scenario("ant", ant_tasks, threads, sizes, ant_actions, extra, ends)
+        scenarios["ant"] = _scenario_doc(
+            "mjcf(gymnasium:ant.xml)", ant_tasks[0], ant, ends, threads, sizes
+        )
+
+        q_tasks, q_name, q_note = quadruped_tasks(n, threads, seed)
+        if q_note:
+            notes.append(q_note)
+        q_actions = rng.uniform(-1, 1, (h, n, q_tasks[0].action_dim)).astype(np.float32)
+        q_ends: dict[str, list[int]] = {}
+        quad = run_scenario("quadruped", q_tasks, threads, sizes, q_actions, {}, q_ends)
+        scenarios["quadruped"] = _scenario_doc(q_name, q_tasks[0], quad, q_ends, threads, sizes)
+    finally:
+        for close in closers:
+            close()
+
+    ratios = dict(scenarios["ant"]["ratios"])
+    ratios["quadruped_sim_vs_ceiling"] = scenarios["quadruped"]["ratios"]["sim_vs_ceiling"]
+    return {
+        "benchmark": "sim",
+        "machine": machine_info(),
+        "sizes": {
+            "num_envs": n,
+            "horizon": h,
+            "repeats": sizes.repeats,
+            "gym_async_envs": sizes.gym_async_envs,
+            "threads": threads,
+        },
+        "unit": "env steps per second (best of the repeats; median and runs alongside)",
+        "scenarios": scenarios,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "targets_met": {k: bool(ratios.get(k, float("nan")) >= v) for k, v in TARGETS.items()},
+        "notes": notes,
+    }
+
+
+def _scenario_doc(
+    task_name: str,
+    task: Task,
+    results: dict[str, list[float]],
+    ends: dict[str, list[int]],
+    threads: list[int],
+    sizes: Sizes,
+) -> dict[str, Any]:
+    rates = {name: summarize(values) for name, values in results.items()}
+    for name, counts in ends.items():
+        if name in rates:
+            rates[name]["episode_ends_per_run"] = counts
+    best = {name: r["best"] for name, r in rates.items()}
+    top = threads[-1]
+    ratios: dict[str, float] = {
+        "sim_vs_ceiling": ratio(best[f"unilab_{top}t"], best[f"ceiling_{top}t"]),
+        "sim_vs_ceiling_1t": ratio(best["unilab_1t"], best["ceiling_1t"]),
+    }
+    if "gym_sync" in best:
+        ratios["sim_vs_gym_sync"] = ratio(best[f"unilab_{top}t"], best["gym_sync"])
+        ratios["sim_1t_vs_gym_sync"] = ratio(best["unilab_1t"], best["gym_sync"])
+    if "gym_async" in best:
+        ratios["sim_vs_gym_async"] = ratio(best[f"unilab_{top}t"], best["gym_async"])
+    # Task cost beyond physics, per env step: 1/rate(task) - 1/rate(ceiling), same threads.
+    overhead_us = {
+        f"{t}t": round(1e6 / best[f"unilab_{t}t"] - 1e6 / best[f"ceiling_{t}t"], 2) for t in threads
+    }
+    return {
+        "task": task_name,
+        "mjcf": str(task.robot.mjcf),
+        "timestep": float(task.model.opt.timestep),
+        "substeps": task.substeps,
+        "obs_dims": task.obs_dims,
+        "action_dim": task.action_dim,
+        "rates": rates,
+        "ratios": ratios,
+        "task_overhead_us_per_env_step": overhead_us,
+    }
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    rows = []
+    for scen, body in doc["scenarios"].items():
+        for name, r in body["rates"].items():
+            ends = r.get("episode_ends_per_run")
+            rows.append(
+                {
+                    "scenario": scen,
+                    "runner": name,
+                    "best steps/s": r["best"],
+                    "median": r["median"],
+                    "episode ends": max(ends) if ends else "",
+                }
+            )
+    print_table(rows, ["scenario", "runner", "best steps/s", "median", "episode ends"])
+    print()
+    for k, v in doc["ratios"].items():
+        target = TARGETS.get(k)
+        print(f"{k:28s} {v:6.3f}" + (f"   (target >= {target})" if target else ""))
+    for note in doc["notes"]:
+        print(f"note: {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="unilab bench sim", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("--num-envs", type=int, help="envs per batch")
+    parser.add_argument("--horizon", type=int, help="steps timed per run")
+    parser.add_argument("--repeats", type=int, help="rounds of runs")
+    parser.add_argument("--no-gym", action="store_true", help="skip the gymnasium runners")
+    args = parser.parse_args(argv)
+    base = quick_sizes() if args.quick else full_sizes()
+    sizes = Sizes(
+        num_envs=args.num_envs or base.num_envs,
+        horizon=args.horizon or base.horizon,
+        repeats=args.repeats or base.repeats,
+        gym_async_envs=base.gym_async_envs,
+        gym=not args.no_gym,
+    )
+    for key in ("num_envs", "horizon", "repeats"):
+        if getattr(sizes, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1")
+    doc = run_benchmark(sizes)
+    doc["command"] = "unilab bench sim " + " ".join(argv if argv is not None else sys.argv[1:])
+    print_report(doc)
+    path = write_json(args.out, doc)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
