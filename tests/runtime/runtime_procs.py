@@ -12,8 +12,10 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from unilab.runtime.signals import StopSignal
 from unilab.runtime.supervisor import Supervisor
 from unilab.runtime.synthetic import check_chunk, synthetic_spec
 from unilab.runtime.weights import WeightHandle, WeightStore
+from unilab.runtime.worker_base import WorkerContext
 
 
 def attach_and_exit(name: str, size: int, mode: str, mark: int) -> None:
@@ -35,25 +38,38 @@ def attach_and_exit(name: str, size: int, mode: str, mark: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def weight_writer(handle: WeightHandle, duration_s: float, result: Connection) -> None:
+def lingering_worker(ctx: WorkerContext) -> None:
+    """Returns at once, but process teardown waits for a non-daemon thread."""
+    ctx.heartbeat()
+    threading.Thread(target=time.sleep, args=(float(ctx.config["linger_s"]),)).start()
+
+
+def weight_writer(handle: WeightHandle, stop: Event, result: Connection) -> None:
+    """Publish at full speed until `stop`; every element equals its version number."""
     store = WeightStore.attach(handle, writer=True)
     params = np.empty(store.num_floats, np.float32)
-    end = time.monotonic() + duration_s
     version = store.version
-    while time.monotonic() < end:
-        params.fill(version + 1)  # every element equals the version it is published as
-        version = store.publish(params)
+    while not stop.is_set():
+        for _ in range(64):
+            params.fill(version + 1)
+            version = store.publish(params)
     result.send((version,))
 
 
-def weight_reader(handle: WeightHandle, duration_s: float, result: Connection) -> None:
+def weight_reader(
+    handle: WeightHandle, min_s: float, min_reads: int, max_s: float, result: Connection
+) -> None:
+    """Read for at least `min_s` and `min_reads` (at most `max_s`); count bad copies."""
     store = WeightStore.attach(handle)
     out = np.empty(store.num_floats, np.float32)
     reads = mixed = wrong_version = not_monotone = 0
     last = 0
-    end = time.monotonic() + duration_s
-    while time.monotonic() < end:
-        got = store.read_if_newer(last, out)
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed > max_s or (elapsed > min_s and reads >= min_reads):
+            break
+        got = store.read_if_newer(last, out, timeout=max_s)
         if got is None:
             continue
         version, arr = got

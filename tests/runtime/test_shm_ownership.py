@@ -98,8 +98,7 @@ def test_sweep_removes_segments_of_dead_owners_only() -> None:
     live = SegmentOwner()
     live.create("ring", 4096)
     try:
-        removed = sweep_stale_segments()
-        assert f"unilab_{child.pid}_abcdef_ring" in removed
+        sweep_stale_segments()  # (a concurrent run's sweep may get there first: same result)
         assert list_segments(dead.prefix) == []
         assert list_segments(live.prefix) == [f"{live.prefix}_ring"]
     finally:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from runtime_procs import lingering_worker
 
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import list_segments
@@ -126,6 +127,7 @@ def test_stopped_worker_is_detected_as_hung_and_replaced() -> None:
     hung = [e for e in learner.events if e.kind == "hung"]
     assert [(e.worker_id, e.pid, e.restarted) for e in hung] == [(0, victim, True)]
     assert detected_after < 1.6, f"hang detected after {detected_after:.2f} s"
+    print(f"SIGSTOP detected as hung after {detected_after:.2f} s")
     assert sup.stats()["hangs"] == 1 and sup.stats()["deaths"] == 0
     assert process_gone(victim)
     learner.check_streams()
@@ -173,6 +175,18 @@ def test_worker_that_returns_is_not_restarted() -> None:
         assert learner.sup.pids() == [None, None]
     assert sorted(learner.keys) == [(w, 0, s) for w in range(2) for s in range(3)]
     assert learner.sup.stats()["restarts"] == 0
+
+
+def test_slow_exit_is_not_a_hang() -> None:
+    sup = Supervisor(lingering_worker, 1, config={"linger_s": 1.2}, hang_timeout_s=0.3)
+    events: list[WorkerEvent] = []
+    with sup:
+        deadline = time.monotonic() + 30
+        while not events:
+            assert time.monotonic() < deadline
+            events += sup.poll()
+            time.sleep(0.01)
+    assert [(e.kind, e.exitcode, e.restarted) for e in events] == [("exited", 0, False)]
 
 
 def test_config_must_be_plain() -> None:

@@ -17,6 +17,8 @@ from unilab.runtime.shm import Segment, SegmentOwner
 
 _HEADER_BYTES = 64
 NOT_STARTED = 0.0  # heartbeat value before a worker's first beat
+# A worker on its way out stores -time.monotonic(): interpreter teardown can outlast the
+# hang timeout, and an exiting worker must not be mistaken for a hung one.
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class ControlBlock:
 
     def beat(self, worker_id: int) -> None:
         self._beats[worker_id] = time.monotonic()
+
+    def mark_exiting(self, worker_id: int) -> None:
+        self._beats[worker_id] = -time.monotonic()
 
     def reset_beat(self, worker_id: int) -> None:
         self._beats[worker_id] = NOT_STARTED

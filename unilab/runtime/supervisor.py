@@ -2,8 +2,9 @@
 
 The learner calls `poll()` from its loop (cheap: it returns at once unless `poll_interval_s`
 passed). A worker that exited abnormally, or whose heartbeat is older than `hang_timeout_s`
-(older than `start_timeout_s` before its first beat), is killed if needed, reaped, its
-unpublished ring slots are discarded, and a replacement starts with a fresh seed.
+(older than `start_timeout_s` before its first beat, and after it marked itself exiting),
+is killed if needed, reaped, its unpublished ring slots are discarded, and a replacement
+starts with a fresh seed.
 """
 
 from __future__ import annotations
@@ -66,6 +67,24 @@ def worker_fn_path(fn: str | Callable[[WorkerContext], None]) -> str:
 
 
 class Supervisor:
+    """Worker processes of one run. Typical learner code::
+
+        owner = SegmentOwner()  # one per run: every segment, one prefix, one unlink
+        ring = RingBuffer(spec, W, envs_per_worker, T, K, owner=owner)
+        weights = WeightStore.create(owner, layout)
+        stop = StopSignal.install()  # SIGINT/SIGTERM -> flag
+        with Supervisor("pkg.mod:worker_main", W, owner=owner, ring=ring, weights=weights,
+                        config=plain_dict, seed=seed) as sup:
+            while not stop:
+                sup.poll()
+                for slot in ring.get_ready(timeout=0.1): ...; ring.release(slot)
+            save_checkpoint()
+        sys.exit(stop.exit_code)
+
+    `shutdown` (also run by the context manager and at exit) stops and reaps the workers
+    and unlinks every segment `owner` created. Use it from one thread, the learner's.
+    """
+
     def __init__(
         self,
         worker_fn: str | Callable[[WorkerContext], None],
@@ -189,6 +208,8 @@ class Supervisor:
                 beat = self._control.last_beat(worker_id)
                 if beat == NOT_STARTED:
                     stale = now - self._started_at[worker_id] > self.start_timeout_s
+                elif beat < 0:  # exiting since -beat (see control.py)
+                    stale = now + beat > self.start_timeout_s
                 else:
                     stale = now - beat > self.hang_timeout_s
                 if not stale:
@@ -300,7 +321,7 @@ class Supervisor:
         return (
             self._control is not None
             and self._procs[worker_id] is not None
-            and self._control.last_beat(worker_id) != NOT_STARTED
+            and self._control.last_beat(worker_id) > NOT_STARTED
         )
 
     def stats(self) -> dict[str, int]:

@@ -81,6 +81,10 @@ class WorkerContext:
             if os.getppid() != self._parent_pid:
                 raise StopRequested("parent process exited")
 
+    def mark_exiting(self) -> None:
+        """Tell the supervisor this worker is ending, so a slow exit is not a hang."""
+        self._control.mark_exiting(self.worker_id)
+
     def should_stop(self) -> bool:
         """Heartbeat, then True once the supervisor asked the workers to stop."""
         self.heartbeat()
@@ -111,17 +115,23 @@ def run_worker(launch: WorkerLaunch) -> None:
     for signum in WORKER_IGNORED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     _die_with_parent(launch.parent_pid)
+    ctx = None
     try:
         fn = import_worker_fn(launch.worker_fn)
-        fn(WorkerContext(launch))
+        ctx = WorkerContext(launch)
+        fn(ctx)
     except StopRequested:
         pass
     except SystemExit:
         raise
     except BaseException:
+        if ctx is not None:
+            ctx.mark_exiting()
         _report(launch, traceback.format_exc())
         sys.exit(1)
     finally:
+        if ctx is not None:
+            ctx.mark_exiting()
         with contextlib.suppress(OSError):
             launch.errors.close()
 
