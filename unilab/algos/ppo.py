@@ -102,18 +102,28 @@ class PPO(Algorithm):
         return values, adv, adv + values
 
     # -- update -----------------------------------------------------------------------------
-    def update(
-        self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None
-    ) -> dict[str, float]:
-        cfg = self.cfg
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.normalizer.update(batch["obs_policy"])
         self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
+        return self.optimize(batch, batch["logprob"], sample_weight=None)
+
+    def optimize(
+        self,
+        batch: dict[str, torch.Tensor],
+        anchor_logprob: torch.Tensor,
+        sample_weight: torch.Tensor | None,
+    ) -> dict[str, float]:
+        """The clipped PPO epochs. The ratio is taken against `anchor_logprob` (the behaviour
+        policy for PPO; the proximal policy for APPO), and each sample's surrogate is scaled
+        by `sample_weight` (APPO's importance weight), both (T, N)."""
+        cfg = self.cfg
         values, adv, returns = self.advantages(batch)
 
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
         old_values, adv, returns = values.reshape(-1), adv.reshape(-1), returns.reshape(-1)
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        is_weight = torch.ones_like(adv) if weights is None else weights.reshape(-1)
+        is_weight = torch.ones_like(adv) if sample_weight is None else sample_weight.reshape(-1)
+        anchor = anchor_logprob.reshape(-1)
         n = adv.shape[0]
         mb_size = max(1, n // cfg.num_minibatches)
         stats: dict[str, float] = {
@@ -130,7 +140,7 @@ class PPO(Algorithm):
                 idx = perm[start : start + mb_size]
                 dist = self.actor.distribution(flat["obs_policy"][idx])
                 logp = dist.log_prob(flat["action"][idx]).sum(-1)
-                log_ratio = logp - flat["logprob"][idx]
+                log_ratio = logp - anchor[idx]
                 ratio = log_ratio.exp()
                 a = adv[idx]
                 surrogate = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from unilab.algos.base import flat_to_actor
 from unilab.runtime.rollout import collect_chunk, start_rollout
 from unilab.runtime.worker_base import StopRequested, WorkerContext
 from unilab.runtime.worker_state import load_worker_state, save_worker_state, state_file
@@ -26,8 +27,6 @@ def _wait_for_weights(
     ctx: WorkerContext, actor: torch.nn.Module, flat: np.ndarray, newer_than: int
 ) -> int:
     """Block (heartbeating) until a version newer than `newer_than` exists; load it."""
-    from unilab.algos.base import flat_to_actor
-
     assert ctx.weights is not None
     while True:
         got = ctx.weights.read_if_newer(newer_than, out=flat)
@@ -76,6 +75,15 @@ def sim_worker_main(ctx: WorkerContext) -> None:
         while True:
             t0 = time.perf_counter()
             slot = ctx.acquire_slot()
+            loads = 0
+            if not sync:
+                # Pick up weights published while we waited for the slot: the chunk is then
+                # made by the newest policy, which keeps staleness at its minimum.
+                got = ctx.weights.read_if_newer(version, out=flat)
+                if got is not None:
+                    version = got[0]
+                    flat_to_actor(actor, got[1])
+                    loads = 1
             t1 = time.perf_counter()
             views = ctx.ring.views(slot)
             sim_before, inf_before, unstable_before = (
@@ -91,18 +99,9 @@ def sim_worker_main(ctx: WorkerContext) -> None:
             seq = seq_next
             t2 = time.perf_counter()
             sim_s, inf_s = rollout.sim_s - sim_before, rollout.inference_s - inf_before
-            loads = 0
             if sync:
                 version = _wait_for_weights(ctx, actor, flat, newer_than=version)
-                loads = 1
-            else:
-                got = ctx.weights.read_if_newer(version, out=flat)
-                if got is not None:
-                    from unilab.algos.base import flat_to_actor
-
-                    version = got[0]
-                    flat_to_actor(actor, got[1])
-                    loads = 1
+                loads += 1
             t3 = time.perf_counter()
             stats.add(
                 wid,
