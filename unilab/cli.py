@@ -110,6 +110,40 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCHMARKS = {
+    "sim": "raw mujoco.batch ceiling vs unilab task stepping vs gymnasium vector envs",
+    "runtime": "collection throughput vs the ceiling; sync vs async overlap",
+    "e2e": "time to a target return: unilab async, sync, Stable-Baselines3",
+    "scaling": "env steps/s against workers, envs per worker and threads",
+}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    if args.name in (None, "-h", "--help"):
+        print("usage: unilab bench <name|all> [--quick] [--out PATH]\n\nbenchmarks:")
+        for name, text in BENCHMARKS.items():
+            print(f"  {name:<10} {text}")
+        return 0 if args.name else EXIT_BAD_INPUT
+    names = list(BENCHMARKS) if args.name == "all" else [args.name]
+    for name in names:
+        if name not in BENCHMARKS:
+            raise ConfigError(f"unknown benchmark {name!r}; valid: {', '.join(BENCHMARKS)}, all")
+    status = 0
+    for name in names:
+        try:
+            module = importlib.import_module(f"unilab.bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"unilab.bench.{name}":
+                raise
+            raise NotAvailableError(
+                f"benchmark {name!r} is not available yet (the benchmark issue #8 adds it)"
+            ) from None
+        status = max(status, int(module.main(list(args.rest))))
+    return status
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     from unilab.data.cli_data import main as data_main
 
@@ -157,12 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
         ("eval", "evaluate a policy over seeds; write JSON", "the export/play issue (#6)"),
         ("export", "export a run's policy to ONNX and TorchScript", "the export/play issue (#6)"),
         ("viz", "open or write a Rerun recording of a run", "the export/play issue (#6)"),
-        ("bench", "run a benchmark (sim, runtime, e2e, scaling)", "the benchmark issue (#8)"),
     ):
         q = sub.add_parser(verb, help=text, description=f"{text[0].upper()}{text[1:]}.")
         q.add_argument("target", nargs="?", help="run directory, policy file or benchmark name")
         _add_overrides(q)
         q.set_defaults(func=_not_yet(verb, issue))
+
+    q = sub.add_parser(
+        "bench",
+        help="run a benchmark: " + ", ".join(BENCHMARKS) + ", or all",
+        description="Run a benchmark; each prints a table and writes JSON "
+        "(default bench/results/<name>.json).",
+        add_help=False,
+    )
+    q.add_argument("name", nargs="?", help=f"one of {', '.join(BENCHMARKS)}, all")
+    q.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --out PATH, ...")
+    q.set_defaults(func=cmd_bench)
 
     q = sub.add_parser("list", help="list tasks, algorithms, robots or presets")
     q.add_argument(
