@@ -1,8 +1,11 @@
 """Tasks: observations, rewards, terminations and resets, batched over envs. Importing this
 package registers every task."""
 
+from unilab.tasks import arm_reach as arm_reach
 from unilab.tasks import cartpole_balance
+from unilab.tasks import humanoid_walk as humanoid_walk
 from unilab.tasks import mjcf as mjcf
+from unilab.tasks import quadruped_joystick as quadruped_joystick
 from unilab.tasks.registry import TASKS, make_task, register_task
 
 __all__ = ["TASKS", "cartpole_balance", "make_task", "register_task"]
