@@ -138,7 +138,7 @@ def test_worker_exception_reaches_the_main_process(caplog: pytest.LogCaptureFixt
     learner = make(2, config=config)
     sup = learner.sup
     with caplog.at_level(logging.ERROR, logger="unilab.runtime"), sup:
-        learner.run_until(lambda: any(k[:2] == (1, 1) for k in learner.keys), 30)
+        learner.run_until(lambda: {(0, 0), (1, 1)} <= {k[:2] for k in learner.keys}, 30)
     assert len(sup.errors) == 1
     text = sup.errors[0]
     assert text.startswith("worker 1 (generation 0, pid ")
