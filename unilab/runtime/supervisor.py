@@ -175,8 +175,8 @@ class Supervisor:
         for worker_id in range(self.num_workers):
             self._collect_errors(worker_id, until_eof=True)
             proc = self._procs[worker_id]
-            if proc is not None:
-                proc.close()
+            if proc is not None and proc.exitcode is not None:
+                proc.close()  # (one that survived SIGKILL, e.g. in uninterruptible I/O, is left)
             self._procs[worker_id] = None
         if self.ring is not None:
             self.ring.close()
