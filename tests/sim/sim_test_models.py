@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mujoco
+
 # Free bodies falling onto a plane: contacts, a free-joint motor (one with a ctrlrange, one
 # without), a contact sensor, and an inactive weld for the SimulationError test.
 FREE_XML = """
@@ -82,3 +84,11 @@ CHAIN_XML = """
   </keyframe>
 </mujoco>
 """
+
+
+def free_model_with_movable_coms() -> mujoco.MjModel:
+    """FREE_XML with box and pin compiled as non-simple bodies, so their COM can be randomized."""
+    spec = mujoco.MjSpec.from_string(FREE_XML)
+    for name in ("box", "pin"):
+        spec.body(name).simple = False
+    return spec.compile()

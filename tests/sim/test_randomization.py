@@ -6,6 +6,7 @@ import mujoco
 import numpy as np
 import pytest
 from mujoco import batch as mjbatch
+from sim_test_models import FREE_XML
 
 from unilab.sim import BatchedSim, DomainRandomization
 
@@ -17,8 +18,10 @@ def _fields(sim: BatchedSim) -> dict[str, np.ndarray]:
     return {name: values.copy() for name, values in sim.randomizer.fields.items()}
 
 
-def test_free_model_fields_land_in_range_and_only_in_reset_envs(free_model: mujoco.MjModel) -> None:
-    m = free_model
+def test_free_model_fields_land_in_range_and_only_in_reset_envs(
+    free_model_movable_com: mujoco.MjModel,
+) -> None:
+    m = free_model_movable_com
     dr = DomainRandomization(
         friction_scale=(0.4, 0.9),
         friction_geoms=("floor", "box_geom"),
@@ -160,3 +163,57 @@ def test_config_validation(free_model: mujoco.MjModel) -> None:
             2,
             randomization=DomainRandomization(com_offset=(0, 0.1), com_bodies=("torso",)),
         )
+
+
+def test_com_offset_matches_a_model_compiled_with_that_offset(
+    free_model: mujoco.MjModel, free_model_movable_com: mujoco.MjModel
+) -> None:
+    offset = 0.015
+    dr = DomainRandomization(com_offset=(offset, offset), com_bodies=("box",))
+    sim = BatchedSim(free_model_movable_com, 2, substeps=4, randomization=dr)
+    spec = mujoco.MjSpec.from_string(FREE_XML)
+    box = free_model.body("box").id
+    body = spec.body("box")
+    body.explicitinertial = True
+    body.mass = free_model.body_mass[box]
+    body.ipos = free_model.body_ipos[box] + offset
+    body.iquat = free_model.body_iquat[box]
+    body.inertia = free_model.body_inertia[box]
+    shifted = spec.compile()
+    data = mujoco.MjData(shifted)
+    mujoco.mj_forward(shifted, data)
+    for t in range(60):
+        u = np.full((2, free_model.nu), np.cos(t / 5))
+        sim.step(u)
+        data.ctrl[:] = u[0]
+        for _ in range(4):
+            mujoco.mj_step(shifted, data)
+    np.testing.assert_allclose(sim.qpos[0], data.qpos, rtol=0, atol=1e-10)
+    nominal = BatchedSim(free_model_movable_com, 1, substeps=4)
+    for t in range(60):
+        nominal.step(np.full((1, free_model.nu), np.cos(t / 5)))
+    assert np.abs(sim.qpos[0] - nominal.qpos[0]).max() > 1e-3  # the offset changed the motion
+    # a simple body's mass-matrix structure cannot follow a moved COM: refused, with the fix
+    with pytest.raises(ValueError, match=r"\['box'\] are simple: set simple=\"false\""):
+        BatchedSim(free_model, 1, randomization=dr)
+    with pytest.raises(ValueError, match=r"com_offset .* selects nothing"):
+        BatchedSim(free_model, 1, randomization=DomainRandomization(com_offset=(0, 0.01)))
+
+
+def test_mass_scale_matches_a_model_compiled_with_that_mass(free_model: mujoco.MjModel) -> None:
+    dr = DomainRandomization(mass_scale=(1.5, 1.5), mass_bodies=("box",), friction_scale=(0.5, 0.5))
+    sim = BatchedSim(free_model, 1, substeps=4, randomization=dr)
+    spec = mujoco.MjSpec.from_string(FREE_XML)
+    spec.geom("box_geom").mass = 3.0  # 1.5 x 2 kg; the compiler scales the inertia with it
+    for geom in spec.geoms:
+        geom.friction = [0.5 * f for f in geom.friction]
+    heavier = spec.compile()
+    data = mujoco.MjData(heavier)
+    mujoco.mj_forward(heavier, data)
+    for t in range(60):
+        u = np.full((1, free_model.nu), 3 * np.sin(t / 7))
+        sim.step(u)
+        data.ctrl[:] = u[0]
+        for _ in range(4):
+            mujoco.mj_step(heavier, data)
+    np.testing.assert_allclose(sim.qpos[0], data.qpos, rtol=0, atol=1e-10)

@@ -11,6 +11,9 @@ What each range means:
 - mass_scale, mass_add: per selected body, mass' = mass * scale + add; the inertia tensor is
   scaled by mass'/mass (same shape, new density). set_const() then updates derived constants.
 - com_offset: per selected body and axis, an offset (m) added to the centre of mass (body_ipos).
+  MuJoCo fixes the mass-matrix structure of "simple" bodies (centre of mass at the body frame)
+  at compile time, so selected bodies must be compiled with simple="false"; None selects
+  every non-simple body with a mass.
 - actuator_gain_scale: per selected actuator, kp scaled: gainprm[0] and, for position-like
   actuators (affine bias with biasprm[1] == -gainprm[0]), biasprm[1] too, so the actuator stays
   a PD around its target; velocity-like actuators (biasprm[2] == -gainprm[0]) scale biasprm[2].
@@ -52,7 +55,7 @@ class DomainRandomization:
     """Ranges (low, high) drawn uniformly at each reset; None turns a term off (the default).
 
     The *_geoms/_bodies/_actuators/_joints fields select objects by name; None selects all
-    (for masses: all bodies with a positive mass; for friction: all geoms).
+    (for masses: all bodies with a positive mass; for COM: all non-simple ones).
     """
 
     friction_scale: Range | None = None
@@ -129,13 +132,17 @@ class DomainRandomizer:
         obj = mujoco.mjtObj
 
         if c.friction_scale is not None:
-            self._geoms = _select(model, obj.mjOBJ_GEOM, c.friction_geoms, np.arange(model.ngeom))
+            self._geoms = _select(
+                model, obj.mjOBJ_GEOM, c.friction_geoms, np.arange(model.ngeom), "friction_scale"
+            )
             self._friction0 = model.geom_friction[self._geoms].copy()
             self._expand("geom_friction")
 
         if c.mass_scale is not None or c.mass_add is not None:
             default = np.flatnonzero(model.body_mass > 0)
-            self._mass_bodies = _select(model, obj.mjOBJ_BODY, c.mass_bodies, default)
+            self._mass_bodies = _select(
+                model, obj.mjOBJ_BODY, c.mass_bodies, default, "mass_scale/mass_add"
+            )
             self._mass0 = model.body_mass[self._mass_bodies].copy()
             self._inertia0 = model.body_inertia[self._mass_bodies].copy()
             if np.any(self._mass0 <= 0):
@@ -154,15 +161,23 @@ class DomainRandomizer:
             self._expand("body_inertia")
 
         if c.com_offset is not None:
-            default = np.arange(1, model.nbody)
-            self._com_bodies = _select(model, obj.mjOBJ_BODY, c.com_bodies, default)
+            default = np.flatnonzero(
+                (model.body_simple == 0) & (model.body_mass > 0) & (model.body_mocapid < 0)
+            )
+            self._com_bodies = _select(
+                model, obj.mjOBJ_BODY, c.com_bodies, default, "com_offset (non-simple bodies)"
+            )
             self._ipos0 = model.body_ipos[self._com_bodies].copy()
+            self._require_not_simple(model, self._com_bodies)
             self._expand("body_ipos")
-            self._unmark_simple(model, self._com_bodies)
 
         if c.actuator_gain_scale is not None:
             self._actuators = _select(
-                model, obj.mjOBJ_ACTUATOR, c.gain_actuators, np.arange(model.nu)
+                model,
+                obj.mjOBJ_ACTUATOR,
+                c.gain_actuators,
+                np.arange(model.nu),
+                "actuator_gain_scale",
             )
             gain0 = model.actuator_gainprm[self._actuators].copy()
             bias0 = model.actuator_biasprm[self._actuators].copy()
@@ -175,7 +190,13 @@ class DomainRandomizer:
             self._expand("actuator_biasprm")
 
         if c.joint_damping_scale is not None:
-            joints = _select(model, obj.mjOBJ_JOINT, c.damping_joints, np.arange(model.njnt))
+            joints = _select(
+                model,
+                obj.mjOBJ_JOINT,
+                c.damping_joints,
+                np.arange(model.njnt),
+                "joint_damping_scale",
+            )
             self._dofs = np.concatenate(
                 [
                     model.jnt_dofadr[j] + np.arange(_DOFS_PER_JOINT[int(model.jnt_type[j])])
@@ -195,21 +216,19 @@ class DomainRandomizer:
     def _expand(self, name: str) -> None:
         self.fields[name] = self._batch.expand(name)
 
-    def _unmark_simple(self, model: mujoco.MjModel, bodies: np.ndarray) -> None:
-        """Compile-time "simple body" shortcuts assume the centre of mass sits at the body
-        frame; once it moves, mj_setConst refuses them. Turn them off for those bodies, in
-        every env, and recount the runs of simple dofs the mass-matrix solver skips through."""
-        simple = model.body_simple.copy()
-        if not simple[bodies].any():
-            return
-        simple[bodies] = 0
-        simplenum = np.zeros(model.nv, dtype=model.dof_simplenum.dtype)
-        run = 0
-        for dof in range(model.nv - 1, -1, -1):  # construction only, not per step
-            run = run + 1 if simple[model.dof_bodyid[dof]] else 0
-            simplenum[dof] = run
-        self._batch.expand("body_simple")[:] = simple
-        self._batch.expand("dof_simplenum")[:] = simplenum
+    @staticmethod
+    def _require_not_simple(model: mujoco.MjModel, bodies: np.ndarray) -> None:
+        """A "simple" body's mass-matrix structure (fixed at compile time) assumes its centre
+        of mass sits at the body frame; per-env offsets would silently drop the coupling
+        terms, and mj_setConst refuses them. Such bodies must be compiled as non-simple."""
+        simple = bodies[model.body_simple[bodies] != 0]
+        if simple.size:
+            names = [model.body(int(b)).name or f"#{int(b)}" for b in simple]
+            raise ValueError(
+                f"com_offset needs bodies compiled as non-simple, but {names} are simple: set"
+                ' simple="false" on them in the MJCF (or spec.body(name).simple = False)'
+                " before compiling, or leave them out of com_bodies"
+            )
 
     def randomize(self, ids: np.ndarray) -> None:
         """Draw new values for the envs in ids (sorted int array) and write only their rows."""
@@ -252,7 +271,11 @@ def _select(
     objtype: mujoco.mjtObj,
     names: tuple[str, ...] | None,
     default: np.ndarray,
+    term: str,
 ) -> np.ndarray:
-    if names is None:
-        return np.asarray(default, dtype=np.int64)
-    return object_ids(model, objtype, names)
+    ids = (
+        np.asarray(default, dtype=np.int64) if names is None else object_ids(model, objtype, names)
+    )
+    if ids.size == 0:
+        raise ValueError(f"{term} is configured but selects nothing in this model")
+    return ids

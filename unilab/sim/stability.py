@@ -61,19 +61,21 @@ class StabilityLimits:
         )
 
 
-def _within(values: np.ndarray, limit: float) -> np.ndarray:
-    """(n,) True where every |value| <= limit; NaN compares False, so it counts as outside."""
-    if values.shape[1] == 0:
-        return np.ones(values.shape[0], dtype=bool)
-    result: np.ndarray = np.abs(values).max(axis=1) <= limit
-    return result
+# |x| <= this holds for every finite float and fails for inf and NaN: "finite" as a limit.
+_FINITE = float(np.finfo(np.float64).max)
 
 
-def _finite(values: np.ndarray) -> np.ndarray:
+def _all_within(values: np.ndarray, limit: float) -> bool:
+    """Whole-array check, no temporaries: NaN makes max() NaN, which fails the comparison."""
+    return values.size == 0 or bool(values.max() <= limit and values.min() >= -limit)
+
+
+def _rows_within(values: np.ndarray, limit: float) -> np.ndarray:
+    """(n,) True where every |value| of the row is <= limit (NaN counts as outside)."""
     flat = values.reshape(values.shape[0], -1)
     if flat.shape[1] == 0:
         return np.ones(values.shape[0], dtype=bool)
-    result: np.ndarray = np.isfinite(flat).all(axis=1)
+    result: np.ndarray = np.abs(flat).max(axis=1) <= limit
     return result
 
 
@@ -93,17 +95,28 @@ def find_unstable(
     warning_counts and previous_counts are (n, mjNWARNING) counters after and before the step;
     a counter that changed counts as a rise, since MuJoCo's autoreset zeroes the counters
     before it increments one. finite_only are (n, ...) arrays that must merely be finite.
+    The common case, every env fine, costs a few whole-array reductions; per-env rows are
+    only examined when something is off.
     """
     if watched is None:
         watched = limits.warning_indices()
+    if len(watched) != warning_counts.shape[1]:
+        warning_counts, previous_counts = warning_counts[:, watched], previous_counts[:, watched]
+    checks = [
+        (qpos, limits.max_abs_qpos),
+        (qvel, limits.max_abs_qvel),
+        (qacc, limits.max_abs_qacc),
+        (ctrl, limits.max_abs_ctrl),
+    ] + [(values, _FINITE) for values in finite_only]
     reasons = np.zeros(qpos.shape[0], dtype=np.uint8)
-    rose = (warning_counts[:, watched] != previous_counts[:, watched]).any(axis=1)
-    reasons[rose] |= np.uint8(UnstableReason.WARNING)
-    ok = _within(qpos, limits.max_abs_qpos)
-    ok &= _within(qvel, limits.max_abs_qvel)
-    ok &= _within(qacc, limits.max_abs_qacc)
-    ok &= _within(ctrl, limits.max_abs_ctrl)
-    for values in finite_only:
-        ok &= _finite(values)
+    warned = not np.array_equal(warning_counts, previous_counts)
+    if not warned and all(_all_within(values, limit) for values, limit in checks):
+        return reasons
+    if warned:
+        rose = (warning_counts != previous_counts).any(axis=1)
+        reasons[rose] |= np.uint8(UnstableReason.WARNING)
+    ok = np.ones(qpos.shape[0], dtype=bool)
+    for values, limit in checks:
+        ok &= _rows_within(values, limit)
     reasons[~ok] |= np.uint8(UnstableReason.STATE)
     return reasons
