@@ -122,6 +122,9 @@ def test_writer_rejects_bad_steps(store_path: Path) -> None:
         writer.add_step({k: v for k, v in frames.items() if k != "reward"})
     with pytest.raises(SchemaMismatchError, match=r"images/cam.*got dtype float64"):
         writer.add_step(dict(frames, **{"images/cam": np.zeros((3, 8, 6, 3))}))
+    writer.add_step(frames)
+    with pytest.raises(SchemaMismatchError, match="'timestamp' must be given at every step"):
+        writer.add_step({k: v for k, v in frames.items() if k != "timestamp"})
     with pytest.raises(SchemaMismatchError, match="origin 'robot'"):
         EpisodeWriter(store, 3, origin="robot")
     store.close()

@@ -32,7 +32,6 @@ from unilab.data.errors import (
     SchemaMismatchError,
 )
 from unilab.data.layout import (
-    EXPECTED,
     FORMAT_VERSION,
     INDEX_CHUNK,
     INDEX_FIELDS,
@@ -452,11 +451,3 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def open_store(path: str | os.PathLike[str], mode: Mode = "r") -> EpisodeStore:
-    """Shorthand for `EpisodeStore.open(path, mode)`."""
-    return EpisodeStore.open(path, mode)
-
-
-__all__ = ["EXPECTED", "EpisodeStore", "open_store"]

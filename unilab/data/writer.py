@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab.data.episode import EpisodeMeta, cast_to_spec, encode_enum
+from unilab.data.episode import CORE_DEFAULTS, EpisodeMeta, cast_to_spec, encode_enum
 from unilab.data.errors import SchemaMismatchError
 from unilab.data.schema import ENUMS
 from unilab.data.store import EpisodeInput, EpisodeStore
@@ -111,6 +111,11 @@ class EpisodeWriter:
     def add_step(self, frames: Mapping[str, Any]) -> list[int]:
         """Buffer one batched step. Returns the store indices of the episodes committed by
         this call (see `commit_frames`)."""
+        unknown = [k for k in frames if k not in self.store.schema.fields]
+        if unknown:
+            raise SchemaMismatchError(
+                f"unknown field(s) {unknown}; the store's fields are {self.store.schema.names}"
+            )
         if not self._buf:
             if "timestamp" not in frames and self.default_meta.fps is None:
                 raise SchemaMismatchError(
@@ -118,17 +123,16 @@ class EpisodeWriter:
                 )
             self._given = set(frames)
             self._buf = self._alloc(self._capacity)
-        unknown = [k for k in frames if k not in self.store.schema.fields]
-        if unknown:
+        if ("timestamp" in frames) != ("timestamp" in self._buf):
             raise SchemaMismatchError(
-                f"unknown field(s) {unknown}; the store's fields are {self.store.schema.names}"
+                "'timestamp' must be given at every step or at none (then metadata fps is used)"
             )
         values = dict(frames)
         values.setdefault("origin", self.origin)
-        missing = [k for k in self._buf if k not in values and k not in _OPTIONAL]
+        missing = [k for k in self._buf if k not in values and k not in CORE_DEFAULTS]
         if missing:
             raise SchemaMismatchError(f"step is missing field(s) {missing}")
-        columns = {k: self._column(k, values.get(k, _OPTIONAL.get(k))) for k in self._buf}
+        columns = {k: self._column(k, values.get(k, CORE_DEFAULTS.get(k))) for k in self._buf}
         live = self._step - int(self._start.min()) + 1
         if live > self._capacity:
             self._grow(live)
@@ -199,11 +203,3 @@ class EpisodeWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_OPTIONAL: dict[str, Any] = {
-    "is_intervention": False,
-    "policy_version": -1,
-    "token": -1,
-    "segment": "none",
-}
