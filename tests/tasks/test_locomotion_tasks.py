@@ -302,3 +302,27 @@ def test_humanoid_gait_clock_and_preset_configs() -> None:
         compose(["task=quadruped_joystick_flat", "task.lin_vel_x=[1.0,-1.0]"])
     with pytest.raises(ValueError, match="unknown reward term"):
         make("quadruped_joystick_flat", 1, "task.reward_weights={nope: 1.0}")
+
+
+def test_pushes_and_domain_randomization_reach_the_sim() -> None:
+    task = make(
+        "quadruped_joystick_flat",
+        4,
+        "task.push_interval_s=0.1",
+        "task.push_velocity=1.0",
+        "task.standing_fraction=1.0",
+        "task.init_base_vel=0.0",
+        "task.randomization.mass_add=[-1.0,2.0]",
+        "task.randomization.mass_bodies=[trunk]",
+    )
+    assert task.sim.randomizer is not None
+    trunk_mass = task.sim.randomizer.fields["body_mass"][:, task._base_body]
+    assert np.unique(trunk_mass).size == 4
+    zeros = np.zeros((4, 12), np.float32)
+    for _ in range(5):  # the push comes at the start of the 6th step (0.1 s)
+        task.step(zeros)
+    calm = np.linalg.norm(task.base_lin_vel()[:, :2], axis=1)
+    task.step(zeros)
+    pushed = np.linalg.norm(task.base_lin_vel()[:, :2], axis=1)
+    assert calm.max() < 0.1
+    assert pushed.mean() > 0.2
