@@ -9,10 +9,13 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 DEFAULT_PACKAGES = ("numpy", "mujoco", "gymnasium", "torch")
 
@@ -66,14 +69,31 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def interleaved(runners: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+def interleaved(runners: dict[str, Callable[[], T]], repeats: int) -> dict[str, list[T]]:
     """Run each runner once per round, `repeats` rounds, so that a burst of load on a shared
     machine hits every runner alike rather than one of them."""
-    results: dict[str, list[float]] = {name: [] for name in runners}
+    results: dict[str, list[T]] = {name: [] for name in runners}
     for _ in range(repeats):
         for name, run in runners.items():
             results[name].append(run())
     return results
+
+
+class Clock:
+    """Wall and CPU time of one measured section; CPU time is this process's (all of its
+    threads, no child processes), which a busy shared machine distorts far less."""
+
+    def __enter__(self) -> Clock:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._wall
+        self.cpu = time.process_time() - self._cpu
+
+    def rates(self, count: int) -> tuple[float, float]:
+        """count per wall second and per CPU second."""
+        return count / self.wall, count / max(self.cpu, 1e-9)
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:

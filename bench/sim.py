@@ -19,8 +19,8 @@ round by round and the best of the rounds is kept: the machine is shared and noi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 from mujoco import batch as mjbatch
 
-from bench.common import interleaved, machine_info, print_table, summarize, usable_cores, write_json
+from bench.common import (
+    Clock,
+    interleaved,
+    machine_info,
+    print_table,
+    summarize,
+    usable_cores,
+    write_json,
+)
 from unilab.tasks.base import Task
 from unilab.tasks.mjcf import MjcfConfig
 from unilab.tasks.registry import TASKS, make_task
@@ -60,8 +68,9 @@ def full_sizes() -> Sizes:
     return Sizes(num_envs=128, horizon=200, repeats=5, gym_async_envs=usable_cores())
 
 
-# -- runners: each returns env steps per second of one timed run -----------------------------
-Runner = Callable[[], float]
+# -- runners: each returns (env steps per wall second, per CPU second) of one timed run ------
+Rates = tuple[float, float | None]
+Runner = Callable[[], Rates]
 
 
 def ceiling_runner(task: Task, ctrl_seq: np.ndarray, nthread: int) -> Runner:
@@ -71,13 +80,13 @@ def ceiling_runner(task: Task, ctrl_seq: np.ndarray, nthread: int) -> Runner:
     ctrl = b.bind("ctrl")
     key = task.sim.default_keyframe
 
-    def run() -> float:
+    def run() -> Rates:
         b.reset(None, key)
-        t0 = time.perf_counter()
-        for c in ctrl_seq:
-            ctrl[...] = c
-            b.step(nstep=task.substeps)
-        return n * len(ctrl_seq) / (time.perf_counter() - t0)
+        with Clock() as clock:
+            for c in ctrl_seq:
+                ctrl[...] = c
+                b.step(nstep=task.substeps)
+        return clock.rates(n * len(ctrl_seq))
 
     return run
 
@@ -87,17 +96,16 @@ def task_runner(task: Task, actions: np.ndarray, ends: list[int]) -> Runner:
     n = task.num_envs
     all_ids = np.arange(n)
 
-    def run() -> float:
+    def run() -> Rates:
         task.reset()
         task.sim.reset(all_ids)  # the same start state for all envs, whatever the task samples
         ended = 0
-        t0 = time.perf_counter()
-        for a in actions:
-            res = task.step(a)
-            ended += int(np.count_nonzero(res.terminated | res.truncated))
-        rate = n * len(actions) / (time.perf_counter() - t0)
+        with Clock() as clock:
+            for a in actions:
+                res = task.step(a)
+                ended += int(np.count_nonzero(res.terminated | res.truncated))
         ends.append(ended)
-        return rate
+        return clock.rates(n * len(actions))
 
     return run
 
@@ -136,12 +144,13 @@ def gym_runner(mode: str, num_envs: int, actions: np.ndarray) -> tuple[Runner, C
     )
     acts = np.ascontiguousarray(actions[:, :num_envs])
 
-    def run() -> float:
+    def run() -> Rates:
         env.reset(seed=0)
-        t0 = time.perf_counter()
-        for a in acts:
-            env.step(a)
-        return num_envs * len(acts) / (time.perf_counter() - t0)
+        with Clock() as clock:
+            for a in acts:
+                env.step(a)
+        wall, cpu = clock.rates(num_envs * len(acts))
+        return wall, (cpu if mode == "sync" else None)  # async works in child processes
 
     return run, env.close
 
@@ -183,14 +192,13 @@ def quadruped_tasks(n: int, threads: list[int], seed: int) -> tuple[list[Task], 
 
 
 def run_scenario(
-    name: str,
     tasks: list[Task],
     threads: list[int],
     sizes: Sizes,
     actions: np.ndarray,
     extra: dict[str, Runner],
     ends: dict[str, list[int]],
-) -> dict[str, list[float]]:
+) -> dict[str, list[Rates]]:
     ctrl_seq = np.stack([tasks[0].action_to_ctrl(a) for a in actions])
     runners: dict[str, Runner] = {}
     for t, task in zip(threads, tasks, strict=True):
@@ -233,9 +241,9 @@ def run_benchmark(sizes: Sizes, seed: int = 0) -> dict[str, Any]:
             rules_task, ant_actions, ends["unilab_ant_v5_rules"]
         )
         ant_tasks = [make_task(ant_config(rules=False), n, seed, t) for t in threads]
-        ant = run_scenario("ant", ant_tasks, threads, sizes, ant_actions, extra, ends)
+        ant = run_scenario(ant_tasks, threads, sizes, ant_actions, extra, ends)
         scenarios["ant"] = _scenario_doc(
-            "mjcf(gymnasium:ant.xml)", ant_tasks[0], ant, ends, threads, sizes
+            "mjcf(gymnasium:ant.xml)", ant_tasks[0], ant, ends, threads
         )
 
         q_tasks, q_name, q_note = quadruped_tasks(n, threads, seed)
@@ -243,14 +251,16 @@ def run_benchmark(sizes: Sizes, seed: int = 0) -> dict[str, Any]:
             notes.append(q_note)
         q_actions = rng.uniform(-1, 1, (h, n, q_tasks[0].action_dim)).astype(np.float32)
         q_ends: dict[str, list[int]] = {}
-        quad = run_scenario("quadruped", q_tasks, threads, sizes, q_actions, {}, q_ends)
-        scenarios["quadruped"] = _scenario_doc(q_name, q_tasks[0], quad, q_ends, threads, sizes)
+        quad = run_scenario(q_tasks, threads, sizes, q_actions, {}, q_ends)
+        scenarios["quadruped"] = _scenario_doc(q_name, q_tasks[0], quad, q_ends, threads)
     finally:
         for close in closers:
             close()
 
     ratios = dict(scenarios["ant"]["ratios"])
     ratios["quadruped_sim_vs_ceiling"] = scenarios["quadruped"]["ratios"]["sim_vs_ceiling"]
+    ratios_cpu = dict(scenarios["ant"]["ratios_cpu"])
+    ratios_cpu["quadruped_sim_vs_ceiling"] = scenarios["quadruped"]["ratios_cpu"]["sim_vs_ceiling"]
     return {
         "benchmark": "sim",
         "machine": machine_info(),
@@ -261,42 +271,48 @@ def run_benchmark(sizes: Sizes, seed: int = 0) -> dict[str, Any]:
             "gym_async_envs": sizes.gym_async_envs,
             "threads": threads,
         },
-        "unit": "env steps per second (best of the repeats; median and runs alongside)",
+        "unit": (
+            "env steps per second: wall (best of the repeats, median and runs alongside) and "
+            "per CPU second of this process (not counting gymnasium async's workers)"
+        ),
         "scenarios": scenarios,
         "ratios": ratios,
+        "ratios_cpu": ratios_cpu,
         "targets": TARGETS,
         "targets_met": {k: bool(ratios.get(k, float("nan")) >= v) for k, v in TARGETS.items()},
         "notes": notes,
+        "load_average_at_end": list(os.getloadavg()),
     }
 
 
 def _scenario_doc(
     task_name: str,
     task: Task,
-    results: dict[str, list[float]],
+    results: dict[str, list[Rates]],
     ends: dict[str, list[int]],
     threads: list[int],
-    sizes: Sizes,
 ) -> dict[str, Any]:
-    rates = {name: summarize(values) for name, values in results.items()}
-    for name, counts in ends.items():
-        if name in rates:
-            rates[name]["episode_ends_per_run"] = counts
-    best = {name: r["best"] for name, r in rates.items()}
+    rates: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        cpus = [c for _, c in runs if c is not None]
+        rates[name] = {
+            "wall": summarize([w for w, _ in runs]),
+            "cpu": summarize(cpus) if cpus else None,
+        }
+        if name in ends:
+            rates[name]["episode_ends_per_run"] = ends[name]
+    wall = {name: r["wall"]["best"] for name, r in rates.items()}
+    cpu = {name: r["cpu"]["best"] for name, r in rates.items() if r["cpu"]}
     top = threads[-1]
-    ratios: dict[str, float] = {
-        "sim_vs_ceiling": ratio(best[f"unilab_{top}t"], best[f"ceiling_{top}t"]),
-        "sim_vs_ceiling_1t": ratio(best["unilab_1t"], best["ceiling_1t"]),
-    }
-    if "gym_sync" in best:
-        ratios["sim_vs_gym_sync"] = ratio(best[f"unilab_{top}t"], best["gym_sync"])
-        ratios["sim_1t_vs_gym_sync"] = ratio(best["unilab_1t"], best["gym_sync"])
-    if "gym_async" in best:
-        ratios["sim_vs_gym_async"] = ratio(best[f"unilab_{top}t"], best["gym_async"])
-    # Task cost beyond physics, per env step: 1/rate(task) - 1/rate(ceiling), same threads.
+    ratios = _ratios(wall, top)
+    # Steps per CPU second: what each runner costs, whatever else the machine is running.
+    ratios_cpu = _ratios(cpu, top)
+    ratios_cpu.pop("sim_vs_gym_sync", None)  # 2 threads' CPU seconds against 1: not a speed
     overhead_us = {
-        f"{t}t": round(1e6 / best[f"unilab_{t}t"] - 1e6 / best[f"ceiling_{t}t"], 2) for t in threads
+        f"{t}t_wall": round(1e6 / wall[f"unilab_{t}t"] - 1e6 / wall[f"ceiling_{t}t"], 2)
+        for t in threads
     }
+    overhead_us["1t_cpu"] = round(1e6 / cpu["unilab_1t"] - 1e6 / cpu["ceiling_1t"], 2)
     return {
         "task": task_name,
         "mjcf": str(task.robot.mjcf),
@@ -306,8 +322,22 @@ def _scenario_doc(
         "action_dim": task.action_dim,
         "rates": rates,
         "ratios": ratios,
+        "ratios_cpu": ratios_cpu,
         "task_overhead_us_per_env_step": overhead_us,
     }
+
+
+def _ratios(best: dict[str, float], top: int) -> dict[str, float]:
+    out = {
+        "sim_vs_ceiling": ratio(best[f"unilab_{top}t"], best[f"ceiling_{top}t"]),
+        "sim_vs_ceiling_1t": ratio(best["unilab_1t"], best["ceiling_1t"]),
+    }
+    if "gym_sync" in best:
+        out["sim_vs_gym_sync"] = ratio(best[f"unilab_{top}t"], best["gym_sync"])
+        out["sim_1t_vs_gym_sync"] = ratio(best["unilab_1t"], best["gym_sync"])
+    if "gym_async" in best:
+        out["sim_vs_gym_async"] = ratio(best[f"unilab_{top}t"], best["gym_async"])
+    return out
 
 
 def print_report(doc: dict[str, Any]) -> None:
@@ -319,16 +349,22 @@ def print_report(doc: dict[str, Any]) -> None:
                 {
                     "scenario": scen,
                     "runner": name,
-                    "best steps/s": r["best"],
-                    "median": r["median"],
-                    "episode ends": max(ends) if ends else "",
+                    "steps/s (best)": r["wall"]["best"],
+                    "median": r["wall"]["median"],
+                    "per CPU-s": r["cpu"]["best"] if r["cpu"] else None,
+                    "episode ends": max(ends) if ends else None,
                 }
             )
-    print_table(rows, ["scenario", "runner", "best steps/s", "median", "episode ends"])
+    columns = ["scenario", "runner", "steps/s (best)", "median", "per CPU-s", "episode ends"]
+    print_table(rows, columns)
     print()
+    cpu = doc["ratios_cpu"]
     for k, v in doc["ratios"].items():
         target = TARGETS.get(k)
-        print(f"{k:28s} {v:6.3f}" + (f"   (target >= {target})" if target else ""))
+        line = f"{k:26s} {v:6.3f}"
+        if k in cpu:
+            line += f"   per CPU-s {cpu[k]:6.3f}"
+        print(line + (f"   (target >= {target})" if target else ""))
     for note in doc["notes"]:
         print(f"note: {note}")
 
