@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from mujoco import batch as mjbatch
 
-from bench.common import (
+from unilab.bench.common import (
     Clock,
     interleaved,
     machine_info,
