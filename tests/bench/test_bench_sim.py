@@ -15,7 +15,7 @@ def test_bench_sim_writes_json_with_ratios(tmp_path: Path) -> None:
     out = tmp_path / "sim.json"
     args = ["--num-envs", "4", "--horizon", "5", "--repeats", "1", "--out", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.sim", *args],
+        [sys.executable, "-m", "unilab.cli", "bench", "sim", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
