@@ -16,7 +16,13 @@ from typing import Any
 
 import torch
 
-from unilab.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
+from unilab.algos.off_policy import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    adamw,
+    no_param_grads,
+    soft_update,
+)
 from unilab.algos.registry import register_algo
 from unilab.policies.squashed_gaussian import SquashedGaussianActor
 
@@ -60,11 +66,11 @@ class SAC(OffPolicyAlgorithm):
         super().__init__(cfg, obs_dims, action_dim, device)
         self.actor = self.build_actor(cfg, obs_dims, action_dim).to(device)
         self._setup_critic(self.actor.normalizer)
-        self.actor_optimizer = torch.optim.AdamW(
-            self.actor.parameters(), lr=cfg.actor_lr, weight_decay=cfg.weight_decay
+        self.actor_optimizer = adamw(
+            self.actor.parameters(), cfg.actor_lr, cfg.weight_decay, device
         )
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.alpha_optimizer = adamw([self.log_alpha], cfg.alpha_lr, 0.0, device)
         self.target_entropy = (
             float(-action_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
         )
@@ -91,7 +97,8 @@ class SAC(OffPolicyAlgorithm):
 
         if self.grad_steps % cfg.policy_frequency == 0:
             action, logp = self.actor.sample(rows["obs_policy"])
-            q = self.critic.q_values(self._critic_obs(rows, ""), action).min(0).values
+            with no_param_grads(self.critic):
+                q = self.critic.q_values(self._critic_obs(rows, ""), action).min(0).values
             actor_loss = (alpha * logp - q).mean()
             self._step(self.actor_optimizer, actor_loss, self.actor)
             stats["actor_loss"] = actor_loss.detach()

@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from unilab.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig, frozen_copy, soft_update
+from unilab.algos.off_policy import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    adamw,
+    frozen_copy,
+    no_param_grads,
+    soft_update,
+)
 from unilab.algos.registry import register_algo
 from unilab.policies.deterministic_actor import DeterministicActor
 
@@ -63,8 +70,8 @@ class TD3(OffPolicyAlgorithm):
         # use the same statistics (they change once per batch, before the gradient steps).
         self.actor_target.normalizer = self.actor.normalizer
         self._setup_critic(self.actor.normalizer)
-        self.actor_optimizer = torch.optim.AdamW(
-            self.actor.parameters(), lr=cfg.actor_lr, weight_decay=cfg.weight_decay
+        self.actor_optimizer = adamw(
+            self.actor.parameters(), cfg.actor_lr, cfg.weight_decay, device
         )
 
     @staticmethod
@@ -93,7 +100,8 @@ class TD3(OffPolicyAlgorithm):
 
         if self.grad_steps % cfg.policy_delay == 0:
             action = self.actor(rows["obs_policy"])
-            q = self.critic.q_values(self._critic_obs(rows, ""), action)
+            with no_param_grads(self.critic):
+                q = self.critic.q_values(self._critic_obs(rows, ""), action)
             actor_loss = -q.mean()
             self._step(self.actor_optimizer, actor_loss, self.actor)
             stats["actor_loss"] = actor_loss.detach()
