@@ -1,4 +1,4 @@
-"""The `unilab` command line: train, play, eval, export, viz, bench, list, data.
+"""The `unilab` command line: train, play, eval, export, viz, deploy, bench, list, data.
 
 Configuration goes as dotted `key=value` overrides after the verb
 (`unilab train task=arm_reach algo=ppo runtime.num_workers=2 algo.lr=3e-4`).
@@ -160,6 +160,137 @@ def _not_yet(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    from unilab.deploy.commands import cmd_play as run
+
+    return run(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from unilab.deploy.commands import cmd_eval as run
+
+    return run(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from unilab.deploy.commands import cmd_export as run
+
+    return run(args)
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    from unilab.deploy.commands import cmd_viz as run
+
+    return run(args)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from unilab.deploy.commands import cmd_deploy as run
+
+    return run(args)
+
+
+def _add_policy_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """play, viz, eval, export and deploy: the verbs that run or ship a trained policy."""
+    target_help = "run directory (newest good checkpoint) or exported policy.onnx"
+
+    def rollout_options(q: argparse.ArgumentParser, episodes: int) -> None:
+        q.add_argument("target", nargs="?", help=target_help)
+        q.add_argument("--episodes", type=int, default=episodes, help="episodes to run")
+        q.add_argument(
+            "--envs",
+            type=int,
+            default=0,
+            help="envs stepped together (default: one per episode, at most 4); env 0 is "
+            "filmed and recorded",
+        )
+        q.add_argument("--seed", type=int, default=0, help="seed of the simulated task")
+        q.add_argument(
+            "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
+        )
+        q.add_argument(
+            "--out", help="output base directory; files go to <out>/media/ (default: the run)"
+        )
+        q.add_argument("--name", help="file name stem of the outputs")
+        q.add_argument("--width", type=int, default=640, help="video width in pixels")
+        q.add_argument("--height", type=int, default=480, help="video height in pixels")
+        _add_overrides(q)
+
+    q = sub.add_parser(
+        "play",
+        help="run a policy in simulation; write video and a Rerun recording",
+        description="Run a policy in simulation for N episodes; write <out>/media/<name>.mp4 "
+        "(set MUJOCO_GL=egl on headless machines), <name>.rrd (Rerun) and <name>.json. "
+        "task.* and sim.* key=value overrides change the simulated task.",
+    )
+    rollout_options(q, episodes=1)
+    q.add_argument("--no-video", action="store_true", help="skip the mp4")
+    q.set_defaults(func=cmd_play)
+
+    q = sub.add_parser(
+        "viz",
+        help="write (or --spawn) a Rerun recording of a run's newest checkpoint",
+        description="Record one episode of the newest good checkpoint into the run's media "
+        "directory as viz_<checkpoint>.rrd, or stream it to a viewer with --spawn.",
+    )
+    rollout_options(q, episodes=1)
+    q.add_argument("--video", action="store_true", help="also write an mp4")
+    q.set_defaults(func=cmd_viz)
+
+    q = sub.add_parser(
+        "eval",
+        help="evaluate a policy over seeds; write JSON",
+        description="Run N episodes per seed (one per env, so short episodes are not "
+        "over-counted); report mean and std of return and length, success rate and "
+        "termination reasons as JSON (schema unilab.eval/1, unilab/deploy/evaluate.py).",
+    )
+    q.add_argument("target", nargs="?", help=target_help)
+    q.add_argument("--episodes", type=int, default=10, help="episodes per seed")
+    q.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2")
+    q.add_argument(
+        "--policy",
+        choices=["trained", "zero", "random"],
+        default="trained",
+        help="the trained policy, or a zero / uniform random baseline",
+    )
+    q.add_argument("--out", help="write the JSON here instead of to stdout")
+    _add_overrides(q)
+    q.set_defaults(func=cmd_eval)
+
+    q = sub.add_parser(
+        "export",
+        help="export a run's policy to ONNX and TorchScript",
+        description="Write <run>/export/policy.onnx (with metadata), policy.pt (TorchScript) "
+        "and metadata.json from the newest good checkpoint.",
+    )
+    q.add_argument("target", nargs="?", help="run directory")
+    q.add_argument("--out", help="output directory (default: <run>/export)")
+    q.set_defaults(func=cmd_export)
+
+    q = sub.add_parser(
+        "deploy",
+        help="run an exported policy.onnx against a robot at its control rate",
+        description="Control loop on onnxruntime alone (no torch): observe, infer, check, "
+        "act at the policy's control rate; reports loop jitter. A non-finite or too large "
+        "action is never sent: the last safe action is held and the loop stops (exit 4).",
+    )
+    q.add_argument("target", nargs="?", help="exported policy.onnx")
+    q.add_argument("--robot", default="", help="sim:<task> (a simulated robot)")
+    q.add_argument("--steps", type=int, default=1000, help="control steps to run")
+    q.add_argument("--seed", type=int, default=0, help="seed of a simulated robot")
+    q.add_argument(
+        "--speed", type=float, default=1.0, help="run this many times faster than real time"
+    )
+    q.add_argument(
+        "--max-action",
+        type=float,
+        default=None,
+        help="stop on |action| above this (default: 3 x the task's action clip)",
+    )
+    q.add_argument("--out", help="write the JSON report here instead of to stdout")
+    q.set_defaults(func=cmd_deploy)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="unilab",
@@ -182,20 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(p)
     p.set_defaults(func=cmd_train, keys_help=True, parser=p)
 
-    for verb, text, issue in (
-        (
-            "play",
-            "run a policy in simulation; write video and a Rerun recording",
-            "the export/play issue (#6)",
-        ),
-        ("eval", "evaluate a policy over seeds; write JSON", "the export/play issue (#6)"),
-        ("export", "export a run's policy to ONNX and TorchScript", "the export/play issue (#6)"),
-        ("viz", "open or write a Rerun recording of a run", "the export/play issue (#6)"),
-    ):
-        q = sub.add_parser(verb, help=text, description=f"{text[0].upper()}{text[1:]}.")
-        q.add_argument("target", nargs="?", help="run directory, policy file or benchmark name")
-        _add_overrides(q)
-        q.set_defaults(func=_not_yet(verb, issue))
+    _add_policy_verbs(sub)
 
     q = sub.add_parser(
         "bench",

@@ -1,0 +1,237 @@
+"""`unilab eval`: a policy over several seeds, one unbiased episode per env, as JSON.
+
+For each seed a task with `episodes` envs starts from that seed; each env's first episode
+is counted and the step loop runs until every env has finished one (envs that finish
+early run on uncounted, so short episodes are not over-represented).
+
+Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
+
+    schema            "unilab.eval/1"
+    task              task name
+    policy            "trained" | "zero" | "random"
+    source            checkpoint or ONNX file the metadata came from
+    seeds             [int, ...]
+    episodes_per_seed int
+    num_episodes      int = len(seeds) * episodes_per_seed
+    return            {"mean", "std", "min", "max"} over all episodes (floats)
+    length            {"mean", "std", "min", "max"} in control steps
+    success_rate      float in [0, 1], or null when the task reports no `success` metric
+    termination_reasons  {reason: episodes that ended with it}; an episode can count under
+                      several reasons; "time_out" marks truncation
+    per_seed          [{"seed", "return_mean", "return_std", "length_mean",
+                        "success_rate", "termination_reasons"}, ...]
+    episodes          [{"seed", "env", "return", "length", "success", "reasons"}, ...]
+    wall_s            float
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from unilab.config.schema import SimConfig, TaskConfig
+from unilab.deploy.policy_source import LoadedPolicy, baseline_policy
+
+SCHEMA = "unilab.eval/1"
+SUCCESS_METRIC = "success"
+
+
+class EvalSchemaError(ValueError):
+    """An eval report that does not follow `SCHEMA`; lists every problem."""
+
+
+def evaluate(
+    policy: LoadedPolicy,
+    task_cfg: TaskConfig,
+    sim_cfg: SimConfig,
+    *,
+    episodes: int = 10,
+    seeds: Sequence[int] = (0,),
+    kind: str = "trained",
+) -> dict[str, Any]:
+    from unilab.tasks.registry import make_task
+
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} must be at least 1")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    has_success = False
+    for seed in seeds:
+        fn = baseline_policy(kind, policy, seed).fn
+        task = make_task(task_cfg, num_envs=episodes, seed=int(seed), sim_cfg=sim_cfg)
+        group = policy.metadata.obs_group
+        obs = task.reset()
+        finished = np.zeros(episodes, dtype=bool)
+        guard = task.max_episode_steps + 1
+        for _ in range(guard):
+            out = task.step(np.asarray(fn(obs[group]), dtype=np.float32))
+            obs = out.obs
+            ended = (out.terminated | out.truncated) & ~finished
+            success = out.extras.get(SUCCESS_METRIC)
+            has_success = has_success or success is not None
+            for env in np.flatnonzero(ended):
+                rows.append(
+                    {
+                        "seed": int(seed),
+                        "env": int(env),
+                        "return": float(out.episode_return[env]),
+                        "length": int(out.episode_length[env]),
+                        "success": None if success is None else bool(success[env] > 0.5),
+                        "reasons": sorted(k for k, v in out.reasons.items() if v[env]),
+                    }
+                )
+            finished |= ended
+            if finished.all():
+                break
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "task": task_cfg.name,
+        "policy": kind,
+        "source": policy.source,
+        "seeds": [int(s) for s in seeds],
+        "episodes_per_seed": episodes,
+        "num_episodes": len(rows),
+        **_summary(rows, has_success),
+        "per_seed": [
+            _seed_summary(s, [r for r in rows if r["seed"] == s], has_success) for s in seeds
+        ],
+        "episodes": rows,
+        "wall_s": time.perf_counter() - t0,
+    }
+    validate_report(report)
+    return report
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(a.mean()),
+        "std": float(a.std()),
+        "min": float(a.min()),
+        "max": float(a.max()),
+    }
+
+
+def _success_rate(rows: list[dict[str, Any]], has_success: bool) -> float | None:
+    if not has_success:
+        return None
+    return float(np.mean([bool(r["success"]) for r in rows]))
+
+
+def _reasons(rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts = Counter(reason for r in rows for reason in r["reasons"])
+    return dict(sorted(counts.items()))
+
+
+def _summary(rows: list[dict[str, Any]], has_success: bool) -> dict[str, Any]:
+    return {
+        "return": _stats([r["return"] for r in rows]),
+        "length": _stats([r["length"] for r in rows]),
+        "success_rate": _success_rate(rows, has_success),
+        "termination_reasons": _reasons(rows),
+    }
+
+
+def _seed_summary(seed: int, rows: list[dict[str, Any]], has_success: bool) -> dict[str, Any]:
+    returns = np.asarray([r["return"] for r in rows], dtype=np.float64)
+    return {
+        "seed": int(seed),
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "length_mean": float(np.mean([r["length"] for r in rows])),
+        "success_rate": _success_rate(rows, has_success),
+        "termination_reasons": _reasons(rows),
+    }
+
+
+_TOP = {
+    "schema": str,
+    "task": str,
+    "policy": str,
+    "source": str,
+    "seeds": list,
+    "episodes_per_seed": int,
+    "num_episodes": int,
+    "return": dict,
+    "length": dict,
+    "termination_reasons": dict,
+    "per_seed": list,
+    "episodes": list,
+    "wall_s": float,
+}
+_EPISODE = {"seed": int, "env": int, "return": float, "length": int, "reasons": list}
+_SEED = {
+    "seed": int,
+    "return_mean": float,
+    "return_std": float,
+    "length_mean": float,
+    "termination_reasons": dict,
+}
+
+
+def _check_fields(obj: Any, spec: dict[str, type], where: str, problems: list[str]) -> bool:
+    if not isinstance(obj, dict):
+        problems.append(f"{where} is {type(obj).__name__}, expected an object")
+        return False
+    for key, typ in spec.items():
+        if key not in obj:
+            problems.append(f"{where}: missing {key!r}")
+        elif typ is float and isinstance(obj[key], int | float) and not isinstance(obj[key], bool):
+            if not math.isfinite(float(obj[key])):
+                problems.append(f"{where}.{key} is not finite")
+        elif not isinstance(obj[key], typ) or (typ is int and isinstance(obj[key], bool)):
+            problems.append(f"{where}.{key} is {type(obj[key]).__name__}, expected {typ.__name__}")
+    return True
+
+
+def _check_rate(value: Any, where: str, problems: list[str]) -> None:
+    if value is not None and not (isinstance(value, float | int) and 0.0 <= value <= 1.0):
+        problems.append(f"{where} must be null or a number in [0, 1], got {value!r}")
+
+
+def validate_report(report: Any) -> None:
+    """Raise `EvalSchemaError` naming every way `report` departs from `SCHEMA`."""
+    problems: list[str] = []
+    if not _check_fields(report, _TOP, "report", problems):
+        raise EvalSchemaError(problems[0])
+    if report.get("schema") != SCHEMA:
+        problems.append(f"report.schema is {report.get('schema')!r}, expected {SCHEMA!r}")
+    if report.get("policy") not in ("trained", "zero", "random"):
+        problems.append(f"report.policy {report.get('policy')!r} is not trained, zero or random")
+    for key in ("return", "length"):
+        _check_fields(
+            report.get(key), dict.fromkeys(("mean", "std", "min", "max"), float), key, problems
+        )
+    _check_rate(report.get("success_rate", "missing"), "report.success_rate", problems)
+    episodes = report.get("episodes", [])
+    if isinstance(episodes, list):
+        for i, row in enumerate(episodes):
+            _check_fields(row, _EPISODE, f"episodes[{i}]", problems)
+        if report.get("num_episodes") != len(episodes):
+            problems.append("report.num_episodes differs from the number of episodes listed")
+        expected = len(report.get("seeds", [])) * int(report.get("episodes_per_seed", 0))
+        if len(episodes) != expected:
+            problems.append(
+                f"{len(episodes)} episodes listed; seeds x episodes_per_seed = {expected}"
+            )
+    per_seed = report.get("per_seed", [])
+    if isinstance(per_seed, list):
+        for i, row in enumerate(per_seed):
+            if _check_fields(row, _SEED, f"per_seed[{i}]", problems):
+                _check_rate(
+                    row.get("success_rate", "missing"), f"per_seed[{i}].success_rate", problems
+                )
+    reasons = report.get("termination_reasons", {})
+    if isinstance(reasons, dict) and not all(
+        isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in reasons.items()
+    ):
+        problems.append("termination_reasons must map reason names to non-negative counts")
+    if problems:
+        raise EvalSchemaError("eval report does not follow " + SCHEMA + ": " + "; ".join(problems))

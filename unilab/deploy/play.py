@@ -1,0 +1,216 @@
+"""`unilab play`: run a policy in simulation; write a video, a Rerun recording and a summary.
+
+A few envs (default: one per episode, at most 4) step together; env 0 is the one filmed
+and recorded. Play stops once `episodes` episodes have ended over all envs. Outputs go to
+`<out>/media/<name>.{mp4,rrd,json}`. When offscreen rendering is unavailable the video is
+skipped with a note saying why, and the recording and summary are still written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from unilab.config.schema import SimConfig, TaskConfig
+from unilab.deploy.policy_source import LoadedPolicy
+from unilab.tasks.base import Task
+from unilab.viz.recorder import RolloutRecorder
+from unilab.viz.video import Mp4Writer, RenderUnavailableError, SceneCamera, jpeg
+
+MAX_CAMERAS = 4
+CAMERA_IMAGE_SIZE = (160, 120)
+
+
+@dataclass
+class PlayResult:
+    task: str
+    policy: str
+    source: str
+    seed: int
+    num_envs: int
+    steps: int
+    """Control steps taken (each steps every env)."""
+    episodes: list[dict[str, Any]]
+    """In the order they ended: env, return, length, reasons."""
+    video: str | None = None
+    video_frames: int = 0
+    rrd: str | None = None
+    recorded_steps: int = 0
+    """Frames of env 0 in the recording: steps + 1 (the start state)."""
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def play(
+    policy: LoadedPolicy,
+    task_cfg: TaskConfig,
+    sim_cfg: SimConfig,
+    media_dir: Path,
+    name: str,
+    *,
+    episodes: int = 1,
+    num_envs: int | None = None,
+    seed: int = 0,
+    video: bool = True,
+    rerun: bool = True,
+    spawn: bool = False,
+    width: int = 640,
+    height: int = 480,
+    max_steps: int | None = None,
+) -> PlayResult:
+    from unilab.tasks.registry import make_task
+
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} must be at least 1")
+    envs = num_envs or min(episodes, 4)
+    if envs < 1:
+        raise ValueError(f"num_envs={envs} must be at least 1")
+    t_start = time.perf_counter()
+    task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
+    meta = policy.metadata
+    if task.obs_dims.get(meta.obs_group) != meta.obs_dim or task.action_dim != meta.action_dim:
+        raise ValueError(
+            f"policy expects {meta.obs_group} observations of width {meta.obs_dim} and "
+            f"{meta.action_dim} actions; task {task_cfg.name!r} has {task.obs_dims} and "
+            f"{task.action_dim}"
+        )
+    media_dir.mkdir(parents=True, exist_ok=True)
+    result = PlayResult(task_cfg.name, policy.kind, policy.source, seed, envs, 0, [])
+    recorder = (
+        RolloutRecorder(
+            task.model, _action_names(task), list(task.reward_weights), task.state_attrs
+        )
+        if rerun
+        else None
+    )
+    film = _Film(task, media_dir / f"{name}.mp4", width, height, video, result.notes)
+    limit = max_steps or task.max_episode_steps * math.ceil(episodes / envs)
+
+    obs = task.reset()
+    episode_of_env0 = 0
+    film.capture()
+    if recorder is not None:
+        _record(recorder, task, 0, None, None, episode_of_env0, film.camera_images())
+    step = 0
+    while len(result.episodes) < episodes and step < limit:
+        actions = np.asarray(policy.fn(obs[meta.obs_group]), dtype=np.float32)
+        out = task.step(actions)
+        step += 1
+        obs = out.obs
+        film.capture()
+        if recorder is not None:
+            terms = {k: float(v[0]) for k, v in out.reward_terms.items()}
+            _record(recorder, task, step, actions[0], terms, episode_of_env0, film.camera_images())
+        for env in np.flatnonzero(out.terminated | out.truncated):
+            result.episodes.append(
+                {
+                    "env": int(env),
+                    "return": float(out.episode_return[env]),
+                    "length": int(out.episode_length[env]),
+                    "reasons": sorted(k for k, v in out.reasons.items() if v[env]),
+                }
+            )
+            if env == 0:
+                episode_of_env0 += 1
+    result.steps = step
+    result.video, result.video_frames = film.close()
+    if recorder is not None:
+        result.recorded_steps = recorder.num_steps
+        if spawn:
+            recorder.spawn(name)
+        else:
+            result.rrd = str(recorder.save(media_dir / f"{name}.rrd", name))
+    result.wall_s = time.perf_counter() - t_start
+    (media_dir / f"{name}.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return result
+
+
+def _action_names(task: Task) -> list[str]:
+    names = list(task.robot.joint_names)
+    return names if len(names) == task.action_dim else [f"a{i}" for i in range(task.action_dim)]
+
+
+def _record(
+    recorder: RolloutRecorder,
+    task: Task,
+    step: int,
+    action: np.ndarray | None,
+    terms: dict[str, float] | None,
+    episode: int,
+    images: dict[str, bytes],
+) -> None:
+    sim = task.sim
+    recorder.add(
+        step,
+        step * task.control_dt,
+        sim.xpos[0],
+        sim.xquat[0],
+        sim.qpos[0],
+        action,
+        terms,
+        {name: np.asarray(getattr(task, name))[0] for name in task.state_attrs},
+        episode,
+        images,
+    )
+
+
+class _Film:
+    """Video of env 0 from the scene camera, plus small frames of each model camera."""
+
+    def __init__(
+        self, task: Task, path: Path, width: int, height: int, enabled: bool, notes: list[str]
+    ) -> None:
+        self.task = task
+        self.path = path
+        self.camera: SceneCamera | None = None
+        self.writer: Mp4Writer | None = None
+        self.model_cameras: dict[str, SceneCamera] = {}
+        self._fresh = False
+        if not enabled:
+            return
+        model = task.model
+        base = task.robot.base_body
+        track = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, base) if base else None
+        try:
+            self.camera = SceneCamera(model, width, height, track_body=track)
+        except RenderUnavailableError as exc:
+            notes.append(f"no video: {exc}")
+            return
+        self.data = mujoco.MjData(model)
+        self.writer = Mp4Writer(path, 1.0 / task.control_dt, self.camera.width, self.camera.height)
+        for cam in range(min(model.ncam, MAX_CAMERAS)):
+            cam_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, cam) or f"camera_{cam}"
+            w, h = CAMERA_IMAGE_SIZE
+            self.model_cameras[cam_name] = SceneCamera(model, w, h, camera=cam_name)
+
+    def capture(self) -> None:
+        if self.camera is None or self.writer is None:
+            return
+        # A persistent batch keeps each env's whole MjData: positions are those of its last call.
+        self.task.sim.batch.get_data(0, self.data)
+        self.writer.add(self.camera.render(self.data))
+        self._fresh = True
+
+    def camera_images(self) -> dict[str, bytes]:
+        if not self._fresh or not self.model_cameras:
+            return {}
+        return {name: jpeg(cam.render(self.data)) for name, cam in self.model_cameras.items()}
+
+    def close(self) -> tuple[str | None, int]:
+        for cam in [self.camera, *self.model_cameras.values()]:
+            if cam is not None:
+                cam.close()
+        if self.writer is None:
+            return None, 0
+        frames = self.writer.frames
+        return str(self.writer.close()), frames

@@ -1,0 +1,102 @@
+"""What an exported policy carries besides its weights, and its (de)serialization.
+
+The same record goes into the ONNX `metadata_props` (one key per field, each value a JSON
+string), into TorchScript's `metadata.json` extra file and into `export/metadata.json`.
+This module imports neither torch nor the task stack: the deploy side reads it with only
+onnxruntime installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+"""Bumped when a field changes meaning; readers refuse newer versions."""
+
+INPUT_NAME = "obs"
+OUTPUT_NAME = "actions"
+
+
+class MetadataError(ValueError):
+    """Exported-policy metadata that is missing, malformed or of an unknown version."""
+
+
+@dataclass(frozen=True)
+class PolicyMetadata:
+    task: str
+    """Registered task name the policy was trained on."""
+    robot: str
+    algorithm: str
+    joint_names: list[str]
+    """Actuated joints in action order."""
+    default_pose: list[float]
+    kp: list[float]
+    kd: list[float]
+    action_scale: float
+    """Position robots: joint target = default_pose + action_scale * action."""
+    action_clip: float
+    """The task clips actions to [-action_clip, action_clip] before applying them."""
+    control_mode: str
+    """position (PD targets) or force (motor commands)."""
+    control_dt: float
+    """Seconds between two actions."""
+    joint_lower: list[float]
+    joint_upper: list[float]
+    obs_dims: dict[str, int]
+    """Observation groups and their widths; the network reads `obs_group`."""
+    action_dim: int
+    obs_group: str = "policy"
+    obs_names: dict[str, list[str]] = field(default_factory=dict)
+    """Per group, the name of each observation entry, where the task provides them."""
+    task_config: dict[str, Any] = field(default_factory=dict)
+    """The run's task section, enough to rebuild the same task for play and SimRobot."""
+    sim_config: dict[str, Any] = field(default_factory=dict)
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    """file, iteration and env_steps of the checkpoint the weights come from."""
+    unilab_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def obs_dim(self) -> int:
+        return self.obs_dims[self.obs_group]
+
+    def to_props(self) -> dict[str, str]:
+        """One JSON string per field, for ONNX metadata_props."""
+        return {f.name: json.dumps(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], source: str = "policy") -> PolicyMetadata:
+        """Parse `to_props` output; errors name the source file and the bad key."""
+        if "format_version" not in props:
+            raise MetadataError(
+                f"{source} has no unilab metadata (no 'format_version' key); export it with "
+                "`unilab export <run dir>`"
+            )
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in props:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise MetadataError(f"{source}: metadata key {f.name!r} is missing")
+                continue
+            try:
+                values[f.name] = json.loads(props[f.name])
+            except json.JSONDecodeError as exc:
+                raise MetadataError(f"{source}: metadata {f.name!r} is not JSON: {exc}") from None
+        version = int(values["format_version"])
+        if version > FORMAT_VERSION:
+            raise MetadataError(
+                f"{source}: metadata format {version} is newer than this unilab reads "
+                f"({FORMAT_VERSION}); upgrade unilab"
+            )
+        meta = cls(**values)
+        if meta.obs_group not in meta.obs_dims:
+            raise MetadataError(
+                f"{source}: obs_group {meta.obs_group!r} is not among obs_dims {meta.obs_dims}"
+            )
+        return meta
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
