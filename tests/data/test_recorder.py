@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from unilab.algos.ppo import PPO
+from unilab.algos.ppo import PPO, PPOConfig
 from unilab.config import compose
 from unilab.data import EpisodeStore
 from unilab.data.recorder import ChunkRecorder, schema_from_fields
@@ -215,7 +215,8 @@ def test_records_real_cartpole_rollouts(tmp_path: Path) -> None:
     cfg = compose(["task=cartpole_balance", "algo=ppo", "task.episode_length_s=0.5"])
     n_envs, horizon = 8, 16
     task = make_task(cfg.task, num_envs=n_envs, seed=0)
-    learner = PPO(cfg.algo, task.obs_dims, task.action_dim, torch.device("cpu"))  # type: ignore[arg-type]
+    assert isinstance(cfg.algo, PPOConfig)
+    learner = PPO(cfg.algo, task.obs_dims, task.action_dim, torch.device("cpu"))
     fields = PPO.chunk_fields(task.obs_dims, task.action_dim)
     path = tmp_path / "rec.zarr"
     state = start_rollout(task)

@@ -1,0 +1,185 @@
+"""What recording episodes during training costs, next to what a training batch costs.
+
+    python -m unilab.data.bench_recorder [--task cartpole_balance] [--steps 150000] [--json OUT]
+
+1. Trains the task's preset for `--steps` env steps (`unilab.train.train`) and takes the
+   steady-state learner time per batch from metrics.jsonl (startup excluded).
+2. Collects real chunks of the same shape (same task, num_envs, chunk_len, algorithm
+   fields, an untrained actor) and times `ChunkRecorder.record` over them, commits
+   included, for the settings given by `--max-envs` and `--every`.
+
+The ratio of (2) to (1) is the slowdown recording adds in sync mode, where the learner's
+time per batch is the loop's time per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def steady_batch_seconds(run_path: Path) -> tuple[float, float, int]:
+    """(seconds per batch, env steps/s, iterations) between 20 % of the run and its end."""
+    rows = [json.loads(line) for line in (run_path / "metrics.jsonl").read_text().splitlines()]
+    if len(rows) < 5:
+        raise RuntimeError(f"{run_path}: too few metric rows ({len(rows)}); train longer")
+    a, b = rows[len(rows) // 5], rows[-1]
+
+    def wall(row: dict[str, Any]) -> float:
+        return float(row["env_steps"]) / float(row["train/steps_per_s"])
+
+    iters = int(b["train/iteration"] - a["train/iteration"])
+    seconds = wall(b) - wall(a)
+    return seconds / iters, (b["env_steps"] - a["env_steps"]) / seconds, iters
+
+
+def train_once(task: str, steps: int, out_dir: Path, extra: list[str]) -> dict[str, Any]:
+    from unilab.config import compose
+    from unilab.train import train
+
+    cfg = compose(
+        [
+            f"task={task}",
+            f"run.total_env_steps={steps}",
+            "run.quiet=true",
+            "run.export=false",
+            "run.checkpoint_every=100000",
+            "logging.tensorboard=false",
+            f"run.out_dir={out_dir}",
+            *extra,
+        ]
+    )
+    run = train(cfg)
+    per_batch, sps, iters = steady_batch_seconds(run.path)
+    return {
+        "task": task,
+        "num_envs": cfg.sim.num_envs,
+        "chunk_len": cfg.runtime.chunk_len,
+        "num_workers": cfg.runtime.num_workers,
+        "mode": cfg.runtime.mode,
+        "batch_s": per_batch,
+        "steps_per_s": sps,
+        "iterations_measured": iters,
+        "cfg": cfg,
+    }
+
+
+def real_chunks(cfg: Any, n_chunks: int) -> tuple[list[dict[str, np.ndarray]], Any, float]:
+    """`n_chunks` consecutive (T, N) chunks of real transitions, the fields and fps."""
+    from unilab.algos.base import info_fields
+    from unilab.algos.registry import ALGORITHMS
+    from unilab.runtime.rollout import collect_chunk, start_rollout
+    from unilab.tasks.registry import make_task
+
+    n_envs, horizon = cfg.sim.num_envs, cfg.runtime.chunk_len
+    task = make_task(cfg.task, num_envs=n_envs, seed=0, sim_cfg=cfg.sim)
+    algo_cls = ALGORITHMS.get(cfg.algo.name).algo_cls
+    fields = {
+        **algo_cls.chunk_fields(task.obs_dims, task.action_dim),
+        **info_fields(sorted(task.reward_weights), sorted(task.task_metrics())),
+    }
+    actor = algo_cls.build_actor(cfg.algo, task.obs_dims, task.action_dim)
+    state = start_rollout(task)
+    chunks = []
+    with torch.no_grad():
+        for _ in range(n_chunks):
+            buf = {k: np.empty((horizon, n_envs, *s), dtype=d) for k, (s, d) in fields.items()}
+            collect_chunk(task, actor, buf, state)
+            chunks.append(buf)
+    return chunks, fields, 1.0 / task.control_dt
+
+
+def time_recorder(
+    chunks: list[dict[str, np.ndarray]],
+    fields: Any,
+    fps: float,
+    batches: int,
+    max_envs: int,
+    every: int,
+    root: Path,
+) -> dict[str, float]:
+    from unilab.data.recorder import ChunkRecorder
+
+    n_envs = chunks[0]["action"].shape[1]
+    path = root / f"rec-{max_envs}-{every}.zarr"
+    rec = ChunkRecorder(
+        path, fields, num_envs=n_envs, fps=fps, max_envs=max_envs, every_n_batches=every
+    )
+    times = np.zeros(batches)
+    for b in range(batches):
+        # Cycling the chunks keeps the per-batch work real (real episode ends, real
+        # values); values jump at the wrap, which the recorder neither sees nor minds.
+        t0 = time.perf_counter()
+        rec.record(chunks[b % len(chunks)], policy_version=b)
+        times[b] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rec.close()
+    close_s = time.perf_counter() - t0
+    out = {
+        "max_envs": float(max_envs),
+        "every_n_batches": float(every),
+        "batches": float(batches),
+        "record_mean_s": float((times.sum() + close_s) / batches),
+        "record_median_s": float(np.median(times)),
+        "record_max_s": float(times.max()),
+        "frames_written": float(rec.frames_written),
+        "episodes_written": float(rec.episodes_written),
+    }
+    shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="cartpole_balance")
+    parser.add_argument("--steps", type=int, default=150_000, help="env steps of the training run")
+    parser.add_argument("--chunks", type=int, default=24, help="real chunks to cycle through")
+    parser.add_argument("--batches", type=int, default=96, help="batches to time the recorder on")
+    parser.add_argument("--max-envs", type=int, nargs="+", default=[64])
+    parser.add_argument("--every", type=int, nargs="+", default=[1])
+    parser.add_argument("--override", nargs="*", default=[], help="extra config overrides")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="bench-recorder-"))
+    try:
+        trained = train_once(args.task, args.steps, root / "runs", args.override)
+        cfg = trained.pop("cfg")
+        chunks, fields, fps = real_chunks(cfg, args.chunks)
+        rows = []
+        for max_envs in args.max_envs:
+            for every in args.every:
+                r = time_recorder(chunks, fields, fps, args.batches, max_envs, every, root)
+                r["overhead_pct"] = 100.0 * r["record_mean_s"] / trained["batch_s"]
+                rows.append(r)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(
+        f"{trained['task']}: {trained['num_envs']} envs x {trained['chunk_len']} steps per "
+        f"chunk, {trained['num_workers']} worker(s), {trained['mode']}; training "
+        f"{trained['steps_per_s']:,.0f} env steps/s, {1e3 * trained['batch_s']:.1f} ms per batch "
+        f"(steady state, {trained['iterations_measured']} batches)"
+    )
+    print(f"{'max_envs':>8} {'every':>5} {'mean ms':>8} {'median':>7} {'max':>7} {'overhead':>9}")
+    for r in rows:
+        print(
+            f"{int(r['max_envs']):>8} {int(r['every_n_batches']):>5} "
+            f"{1e3 * r['record_mean_s']:>8.2f} {1e3 * r['record_median_s']:>7.2f} "
+            f"{1e3 * r['record_max_s']:>7.1f} {r['overhead_pct']:>8.2f}%"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"training": trained, "recorder": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
