@@ -4,7 +4,7 @@ The step path is one `Batch.step(nstep=substeps, stage=mjSTAGE_VEL)` call plus a
 vectorized numpy checks: no per-env Python loop. mjSTAGE_VEL recomputes positions, velocities
 and position/velocity sensors at the new state, so observations read after step() describe the
 state the policy acts from (plain mj_step leaves them one substep behind); a persistent batch
-continues its next step from those stages, so this costs nothing extra. Acceleration-stage
+continues its next step from those stages, so they are not computed twice. Acceleration-stage
 values (qacc, touch/contact/force sensors) are those of the last substep, computed with the
 controls that were applied. See docs/decisions/0002-batched-sim.md.
 """
