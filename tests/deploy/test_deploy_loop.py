@@ -183,3 +183,12 @@ def test_deploy_bad_input_is_one_message(trained_onnx: Path) -> None:
 
     assert main(["deploy", str(trained_onnx), "--robot", "real:go1"]) == 2
     assert main(["deploy", str(trained_onnx), "--robot", "sim:quadruped_joystick_flat"]) == 2
+
+
+def test_play_run_writes_the_end_of_training_media(trained_run: Path) -> None:
+    from unilab.deploy.play import play_run
+
+    result = play_run(trained_run, video=False, max_steps=120)
+    assert result.steps == 120 and result.recorded_steps == 121
+    assert result.rrd is not None and Path(result.rrd).name == "final_ckpt_000000045.rrd"
+    assert (trained_run / "media" / "final_ckpt_000000045.json").is_file()

@@ -214,3 +214,39 @@ class _Film:
             return None, 0
         frames = self.writer.frames
         return str(self.writer.close()), frames
+
+
+def play_run(
+    run_dir: Path,
+    *,
+    episodes: int = 1,
+    seed: int = 0,
+    video: bool = True,
+    max_steps: int | None = None,
+    width: int = 640,
+    height: int = 480,
+    name: str | None = None,
+) -> PlayResult:
+    """Play a run's newest good checkpoint on its own task; outputs in `<run>/media/`
+    named `final_<checkpoint>` unless `name` is given (the end-of-training media)."""
+    from unilab.deploy.policy_source import load_policy
+    from unilab.deploy.sim_task import configs_for_policy
+
+    run_dir = Path(run_dir)
+    policy = load_policy(run_dir)
+    meta = policy.metadata
+    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, [])
+    return play(
+        policy,
+        task_cfg,
+        sim_cfg,
+        run_dir / "media",
+        name or f"final_{Path(policy.source).stem}",
+        episodes=episodes,
+        num_envs=1,
+        seed=seed,
+        video=video,
+        max_steps=max_steps,
+        width=width,
+        height=height,
+    )

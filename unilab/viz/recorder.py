@@ -101,9 +101,10 @@ class RolloutRecorder:
         for cam, blob in (images or {}).items():
             s.images.setdefault(cam, []).append((step, sim_time, blob))
 
-    def write(self, rec: rr.RecordingStream) -> SceneLayout:
-        """Log the scene and every recorded series into `rec`."""
-        layout = log_scene(rec, self.model)
+    def write(self, rec: rr.RecordingStream, prefix: str = "") -> SceneLayout:
+        """Log the scene and every recorded series into `rec`, each entity path prefixed
+        with `prefix` (e.g. "env_3/" to put several envs in one recording)."""
+        layout = log_scene(rec, self.model, root=f"{prefix}world")
         s = self._s
         if not s.steps:
             return layout
@@ -122,7 +123,9 @@ class RolloutRecorder:
             )
 
         def series(path: str, values: np.ndarray) -> None:
-            rec.send_columns(path, indexes=index, columns=rr.Scalars.columns(scalars=values))
+            rec.send_columns(
+                prefix + path, indexes=index, columns=rr.Scalars.columns(scalars=values)
+            )
 
         qpos = np.stack(s.qpos)
         for i, name in enumerate(self.joint_names):
@@ -145,7 +148,7 @@ class RolloutRecorder:
                 rec.set_time("step", sequence=step)
                 rec.set_time("sim_time", duration=t)
                 rec.log(
-                    f"cameras/{entity_name(cam, 'camera')}",
+                    f"{prefix}cameras/{entity_name(cam, 'camera')}",
                     rr.EncodedImage(contents=blob, media_type="image/jpeg"),
                 )
         return layout

@@ -148,9 +148,12 @@ def shown_geoms(model: mujoco.MjModel, max_group: int = 2) -> list[int]:
     return [int(g) for g in np.flatnonzero(visible | extra)]
 
 
-def log_scene(rec: rr.RecordingStream, model: mujoco.MjModel, max_group: int = 2) -> SceneLayout:
-    """Log every shown geom once, as static data; returns which bodies need transforms."""
-    rec.log(WORLD, rr.ViewCoordinates.RIGHT_HAND_Z_UP, static=True)
+def log_scene(
+    rec: rr.RecordingStream, model: mujoco.MjModel, max_group: int = 2, root: str = WORLD
+) -> SceneLayout:
+    """Log every shown geom once under `root`, as static data; returns which bodies need
+    transforms."""
+    rec.log(root, rr.ViewCoordinates.RIGHT_HAND_Z_UP, static=True)
     body_ids: list[int] = []
     body_paths: list[str] = []
     geom_paths: list[str] = []
@@ -161,9 +164,9 @@ def log_scene(rec: rr.RecordingStream, model: mujoco.MjModel, max_group: int = 2
             continue
         bid = int(model.geom_bodyid[gid])
         if bid == 0:
-            parent = f"{WORLD}/static"
+            parent = f"{root}/static"
         else:
-            parent = f"{WORLD}/bodies/{_body_name(model, bid)}"
+            parent = f"{root}/bodies/{_body_name(model, bid)}"
             if bid not in body_ids:
                 body_ids.append(bid)
                 body_paths.append(parent)
