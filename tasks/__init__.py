@@ -1,6 +1,7 @@
 """Tasks: observations, rewards, terminations and resets, batched over envs. Importing this
 package registers every task."""
 
+from unilab.tasks import arm_lift_cube as arm_lift_cube
 from unilab.tasks import arm_reach as arm_reach
 from unilab.tasks import cartpole_balance
 from unilab.tasks import humanoid_walk as humanoid_walk

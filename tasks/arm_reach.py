@@ -94,6 +94,19 @@ class ArmTask(Task):
         """(n, 3) end-effector (fingertip centre) position in the world (= base) frame."""
         return self.sim.site_xpos[:, self._ee_site]
 
+    def bind_target_marker(self) -> np.ndarray | None:
+        """Live (n, 3) position view of the scene's mocap target body (per env: mocap_pos is
+        simulation state), or None when the scene has no such body."""
+        name = self.robot.bodies.get("target")
+        if name is None:
+            return None
+        try:
+            body = self.model.body(name)
+        except KeyError:
+            return None
+        mocap_id = int(self.model.body_mocapid[body.id])
+        return self.sim.bind("mocap_pos")[:, mocap_id] if mocap_id >= 0 else None
+
     def joint_obs(self) -> list[np.ndarray]:
         """Joint positions relative to the default pose, joint velocities."""
         return [self.joint_pos - self._default_pose, self.joint_vel]
@@ -168,10 +181,7 @@ class ArmReach(ArmTask):
         super().__init__(cfg, **kwargs)
         n = self.num_envs
         self._resample_steps = round(cfg.resample_s / self.control_dt)
-        self._mocap: np.ndarray | None = None
-        mocap_id = int(self.model.body_mocapid[self.model.body(self.robot.bodies["target"]).id])
-        if mocap_id >= 0:
-            self._mocap = self.sim.bind("mocap_pos")[:, mocap_id]
+        self._mocap = self.bind_target_marker()
         self.target = np.zeros((n, 3), dtype=np.float64)
         """(n, 3) target point per env, world frame; drawn at each reset."""
         self.steps_to_resample = np.zeros(n, dtype=np.int64)
