@@ -12,6 +12,7 @@ import torch
 from unilab.algos.ppo import PPO, PPOConfig
 from unilab.config import compose
 from unilab.data import EpisodeStore
+from unilab.data.background_append import BackgroundAppender
 from unilab.data.recorder import ChunkRecorder, schema_from_fields
 from unilab.runtime.rollout import collect_chunk, start_rollout
 from unilab.tasks.registry import make_task
@@ -104,12 +105,22 @@ def test_schema_keeps_frames_not_learner_bookkeeping() -> None:
         schema_from_fields({"obs_policy": ((3,), "float32")})
 
 
-def test_episodes_crossing_chunks_are_whole_and_partials_dropped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [True, False])
+def test_episodes_crossing_chunks_are_whole_and_partials_dropped(
+    tmp_path: Path, background: bool
+) -> None:
     n_envs, horizon, batches = 6, 7, 30
     stream = Stream(n_envs, seed=0)
     path = tmp_path / "rec.zarr"
     rec = ChunkRecorder(
-        path, FIELDS, num_envs=n_envs, fps=50.0, meta={"task": "synthetic"}, commit_frames=100
+        path,
+        FIELDS,
+        num_envs=n_envs,
+        fps=50.0,
+        meta={"task": "synthetic"},
+        commit_frames=100,
+        background=background,
+        max_share=None,  # the exact set of episodes is checked, not the budget
     )
     for b in range(batches):
         rec.record(stream.chunk(horizon), policy_version=b)
@@ -133,12 +144,62 @@ def test_episodes_crossing_chunks_are_whole_and_partials_dropped(tmp_path: Path)
     assert any(n > horizon for _, _, n, _, _ in expected)  # some crossed a chunk boundary
 
 
+def test_time_budget_thins_recording_to_whole_episodes(tmp_path: Path) -> None:
+    """Fed back to back, the recorder takes ~100 % of the wall time: over any budget after
+    the first batch, it arms no env again. An env keeps recording only the episode it was
+    armed for when the budget ran out, so nothing starts later than one episode after the
+    first batch, and what is kept is whole."""
+    n_envs, horizon = 4, 6
+    stream = Stream(n_envs, seed=5)
+    path = tmp_path / "rec.zarr"
+    with ChunkRecorder(path, FIELDS, num_envs=n_envs, fps=50.0, max_share=1e-9) as rec:
+        for b in range(40):
+            rec.record(stream.chunk(horizon), policy_version=b)
+        assert rec.batches_over_budget == 39
+        skipped = rec.batches_seen - rec.batches_recorded
+    with EpisodeStore.open(path) as store:
+        got = decode(store)
+    ended_first_batch = [
+        sum(1 for e, _, _, _, last in stream.ended if e == env and last < horizon)
+        for env in range(n_envs)
+    ]
+    finished = {(env, ep): (n, term) for env, ep, n, term, _ in stream.ended}
+    assert got
+    for (env, ep), frames in got.items():
+        assert ep <= ended_first_batch[env] + 1, (env, ep)
+        check_episode(frames, env, ep, *finished[(env, ep)])
+    unlimited = sum(1 for _, ep, *_ in stream.ended if ep >= 1)
+    assert len(got) <= sum(ended_first_batch) + n_envs < unlimited
+    assert skipped > 0  # once those episodes ended, batches cost nothing
+
+
+def test_background_append_error_reaches_the_caller(tmp_path: Path) -> None:
+    path = tmp_path / "rec.zarr"
+    ChunkRecorder(path, FIELDS, num_envs=2, fps=50.0).close()  # creates the store
+    with EpisodeStore.open(path, "r") as read_only:
+        appender = BackgroundAppender(read_only)
+        stream = Stream(2, seed=4)
+        frames = {
+            "obs/policy": stream.chunk(3)["obs_policy"][:, 0],
+            "obs/critic": np.zeros((3, CRITIC), np.float32),
+            "action": np.zeros((3, ACT), np.float32),
+            "reward": np.zeros(3, np.float32),
+            "terminated": np.array([False, False, True]),
+            "truncated": np.zeros(3, bool),
+            "origin": "sim",
+        }
+        assert appender.append_episodes([(frames, {"fps": 50.0})]) == [0]
+        with pytest.raises(RuntimeError, match="opened with mode 'r'"):
+            appender.close()
+        assert len(read_only) == 0
+
+
 def test_tracked_columns_per_block_and_versions_per_block(tmp_path: Path) -> None:
     n_envs, block, horizon = 8, 4, 5
     stream = Stream(n_envs, seed=1)
     path = tmp_path / "rec.zarr"
     with ChunkRecorder(
-        path, FIELDS, num_envs=n_envs, envs_per_block=block, max_envs=4, fps=50.0
+        path, FIELDS, num_envs=n_envs, envs_per_block=block, max_envs=4, fps=50.0, max_share=None
     ) as rec:
         np.testing.assert_array_equal(rec.columns, [0, 1, 4, 5])
         for b in range(40):
@@ -155,7 +216,7 @@ def test_discontinuity_drops_episodes_in_progress(tmp_path: Path) -> None:
     stream = Stream(n_envs, seed=2)
     path = tmp_path / "rec.zarr"
     break_at = 10
-    with ChunkRecorder(path, FIELDS, num_envs=n_envs, fps=50.0) as rec:
+    with ChunkRecorder(path, FIELDS, num_envs=n_envs, fps=50.0, max_share=None) as rec:
         for b in range(25):
             rec.record(stream.chunk(horizon), policy_version=b, continuous=b != break_at)
     cut = break_at * horizon  # first step of the batch after the break
@@ -175,7 +236,9 @@ def test_every_n_batches_thins_recording_to_whole_episodes(tmp_path: Path, every
     n_envs, horizon, batches = 5, 6, 80
     stream = Stream(n_envs, seed=3)
     path = tmp_path / "rec.zarr"
-    with ChunkRecorder(path, FIELDS, num_envs=n_envs, fps=50.0, every_n_batches=every) as rec:
+    with ChunkRecorder(
+        path, FIELDS, num_envs=n_envs, fps=50.0, every_n_batches=every, max_share=None
+    ) as rec:
         for b in range(batches):
             rec.record(stream.chunk(horizon), policy_version=b)
         skipped = rec.batches_seen - rec.batches_recorded
@@ -222,7 +285,12 @@ def test_records_real_cartpole_rollouts(tmp_path: Path) -> None:
     state = start_rollout(task)
     chunks = []
     with ChunkRecorder(
-        path, fields, num_envs=n_envs, fps=1.0 / task.control_dt, meta={"task": cfg.task.name}
+        path,
+        fields,
+        num_envs=n_envs,
+        fps=1.0 / task.control_dt,
+        meta={"task": cfg.task.name},
+        max_share=None,
     ) as rec:
         for b in range(12):
             buf = {k: np.zeros((horizon, n_envs, *s), dtype=d) for k, (s, d) in fields.items()}

@@ -13,7 +13,9 @@ started (or resumed after a break) are dropped at that episode's end, and so is 
 still running when the recorder closes. `every_n_batches` > 1 thins the recording: every
 n-th batch arms each tracked env that is not recording for its next whole episode (the one
 that starts after its next episode end), and batches in which no env is armed or recording
-cost nothing.
+cost nothing. `max_share` (default 5 %) bounds the share of the loop's wall time spent in
+`record`: while over it, no env is armed, so recording thins itself out where it would
+slow training. Commits run on a background thread by default.
 
 Frame t of an episode is (obs_t, action_t, reward_t, terminated_t, truncated_t); the last
 frame's flags end the episode, as in the rest of the store. `policy_version` is the version
@@ -23,11 +25,13 @@ that produced the frame's chunk.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from unilab.data.background_append import BackgroundAppender
 from unilab.data.episode import EpisodeMeta
 from unilab.data.schema import FieldSpec, StoreSchema
 from unilab.data.store import EpisodeStore
@@ -81,7 +85,12 @@ class ChunkRecorder:
     columns to track, taken evenly from every block. `fps`: control rate, stored in each
     episode's metadata (timestamps follow from it). `meta`: the rest of the episode metadata
     (task, robot, seed, ...). `commit_frames`: finished frames gathered before one commit.
-    The store is created when absent, else appended to (its schema must match).
+    `background`: commit on a background thread, so the loop never waits for the disk
+    (the default). `max_share`: the most of the loop's wall time that `record` may take;
+    while it has taken more (since its first call), no env is armed for a new episode, so
+    the recording thins itself out on a machine where it would slow training (None: no
+    limit). The store is created when absent, else appended to (its schema must
+    match).
     """
 
     def __init__(
@@ -96,6 +105,8 @@ class ChunkRecorder:
         max_envs: int = 64,
         meta: EpisodeMeta | Mapping[str, Any] | None = None,
         commit_frames: int = 16384,
+        background: bool = True,
+        max_share: float | None = 0.05,
     ) -> None:
         block = num_envs if envs_per_block is None else envs_per_block
         if num_envs < 1 or block < 1 or num_envs % block:
@@ -104,6 +115,8 @@ class ChunkRecorder:
             )
         if every_n_batches < 1:
             raise ValueError(f"every_n_batches must be >= 1, got {every_n_batches}")
+        if max_share is not None and not 0 < max_share <= 1:
+            raise ValueError(f"max_share must be in (0, 1] or None, got {max_share}")
         if max_envs < 1:
             raise ValueError(f"max_envs must be >= 1, got {max_envs}")
         if not fps > 0:
@@ -122,9 +135,12 @@ class ChunkRecorder:
         base = EpisodeMeta.coerce(meta)
         self.meta = EpisodeMeta(**{**base.__dict__, "fps": float(fps)})
         self.store = EpisodeStore.open(store_path, "a", schema=self.schema)
+        self._appender = BackgroundAppender(self.store) if background else None
         n = len(self.columns)
+        # The writer only uses `schema` and `append_episodes`, which the appender provides.
+        target = cast(EpisodeStore, self._appender) if self._appender else self.store
         self.writer = EpisodeWriter(
-            self.store,
+            target,
             n,
             origin="sim",
             default_meta=self.meta,
@@ -134,8 +150,12 @@ class ChunkRecorder:
         self._recording = np.zeros(n, dtype=bool)  # inside a whole episode that will be kept
         self._armed = np.zeros(n, dtype=bool)  # keep the episode that starts next
         self._fed = False  # the writer saw the previous batch (its buffers are continuous)
+        self.max_share = max_share
+        self._first_call: float | None = None
+        self.seconds_spent = 0.0  # inside record() (the loop waited this long)
         self.batches_seen = 0
         self.batches_recorded = 0
+        self.batches_over_budget = 0
 
     # ------------------------------------------------------------------ stats
     @property
@@ -175,11 +195,19 @@ class ChunkRecorder:
         `policy_version` is one int or one per block. `continuous=False` says this batch's
         columns do not continue the previous batch's (restart, dropped chunk): episodes in
         progress are dropped, and envs start over at their next episode start."""
+        t0 = time.perf_counter()
+        if self._first_call is None:
+            self._first_call = t0
         self.batches_seen += 1
         if not continuous or not self._fed:
             self.writer.discard(range(len(self.columns)))
             self._recording[:] = False
-        if (self.batches_seen - 1) % self.every_n_batches == 0:
+        within_budget = self.max_share is None or (
+            self.seconds_spent <= self.max_share * (t0 - self._first_call)
+        )
+        if not within_budget:
+            self.batches_over_budget += 1
+        if within_budget and (self.batches_seen - 1) % self.every_n_batches == 0:
             self._armed |= ~self._recording  # one arming, at most one episode per env
         if not (self._recording.any() or self._armed.any()):
             self._fed = False  # skipped: the next fed batch starts from scratch
@@ -189,11 +217,14 @@ class ChunkRecorder:
             if array is None or array.shape[1] != self.num_envs:
                 got = "missing" if array is None else f"shape {array.shape}"
                 raise ValueError(f"staging[{name!r}]: expected (T, {self.num_envs}, ...), {got}")
-        self._feed(staging, self._versions(policy_version))
+        self._feed(staging, self._versions(policy_version), within_budget)
         self._fed = True
         self.batches_recorded += 1
+        self.seconds_spent += time.perf_counter() - t0
 
-    def _feed(self, staging: Mapping[str, np.ndarray], versions: np.ndarray) -> None:
+    def _feed(
+        self, staging: Mapping[str, np.ndarray], versions: np.ndarray, within_budget: bool
+    ) -> None:
         taken = {
             store: self._take(staging[src])
             for store, src in self._source.items()
@@ -202,7 +233,8 @@ class ChunkRecorder:
         flags = {flag: np.greater(self._take(staging[flag]), 0.5) for flag in _FLAGS}
         done = flags["terminated"] | flags["truncated"]
         any_done: np.ndarray = done.any(axis=1)
-        continuous_arm = self.every_n_batches == 1
+        # Recording every batch: an env whose episode ends stays armed for the next one.
+        continuous_arm = self.every_n_batches == 1 and within_budget
         for t in range(done.shape[0]):
             frames: dict[str, Any] = {name: arr[t] for name, arr in taken.items()}
             frames["policy_version"] = versions
@@ -224,7 +256,8 @@ class ChunkRecorder:
                 self._armed[ends] = False
 
     def flush(self) -> list[int]:
-        """Commit finished episodes now (they are otherwise committed in groups)."""
+        """Commit finished episodes now (they are otherwise committed in groups); with
+        `background`, they are queued and committed by the time `close` returns."""
         return self.writer.flush()
 
     def close(self) -> None:
@@ -232,7 +265,11 @@ class ChunkRecorder:
         try:
             self.writer.close()
         finally:
-            self.store.close()
+            try:
+                if self._appender is not None:
+                    self._appender.close()
+            finally:
+                self.store.close()
 
     def __enter__(self) -> ChunkRecorder:
         return self
