@@ -31,6 +31,8 @@ def test_bench_sim_writes_json_with_ratios(tmp_path: Path) -> None:
     ant = doc["scenarios"]["ant"]
     assert ant["substeps"] == 5 and ant["obs_dims"] == {"policy": 105}
     for name in ("ceiling_1t", "unilab_1t", "gym_sync", "gym_async", "unilab_ant_v5_rules"):
-        assert ant["rates"][name]["best"] > 0, name
+        assert ant["rates"][name]["wall"]["best"] > 0, name
     assert ant["rates"]["unilab_1t"]["episode_ends_per_run"] == [0]  # nothing resets
+    assert ant["rates"]["unilab_1t"]["cpu"]["best"] > 0 and ant["rates"]["gym_async"]["cpu"] is None
+    assert doc["projected_idle"]["sim_vs_gym_sync"] > 0
     assert doc["scenarios"]["quadruped"]["substeps"] == 4
