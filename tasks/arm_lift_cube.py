@@ -43,7 +43,7 @@ class ArmLiftCubeConfig(TaskConfig):
     """Success: the cube's centre is at least this high above the table (m)."""
     off_table_height: float = -0.05
     """The episode terminates when the cube's centre drops below this height (m)."""
-    reach_sigma: float = 0.1
+    reach_sigma: float = 0.25
     """Length scale (m) of the reach term 1 - tanh(|cube - ee| / sigma)."""
     goal_sigma: float = 0.3
     """Length scale (m) of the coarse cube-to-goal term."""
