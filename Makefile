@@ -7,7 +7,7 @@ export MUJOCO_GL ?= egl
 # Sim processes want their cores for MuJoCo; torch sets its own threads per process.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install train test test-slow lint format bench clean
+.PHONY: install train test test-slow test-lerobot lint format bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,25 @@ format: install
 	$(BIN)/ruff format .
 
 bench: install
-	$(BIN)/unilab bench all
+	$(BIN)/unilab bench sim
+	$(BIN)/unilab bench runtime
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+LEROBOT_PYTHON ?= python3.11
+LEROBOT_VENV   ?= .venv-lerobot
+LEROBOT_BIN    := $(LEROBOT_VENV)/bin
+LEROBOT_STAMP  := $(LEROBOT_VENV)/.unilab-installed
+
+# lerobot 0.4.4 pins torch<2.11: its own environment (docs/decisions/0008), ~4.4 GB download.
+$(LEROBOT_STAMP): requirements-lerobot.txt pyproject.toml
+	@command -v ffmpeg >/dev/null || (apt-get update -qq && apt-get install -y -qq ffmpeg)
+	@test -x $(LEROBOT_BIN)/python || $(LEROBOT_PYTHON) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_BIN)/python -m pip install -q --upgrade pip
+	$(LEROBOT_BIN)/python -m pip install -q -r requirements-lerobot.txt
+	$(LEROBOT_BIN)/python -m pip install -q --no-deps -e .
+	@touch $(LEROBOT_STAMP)
+
+test-lerobot: $(LEROBOT_STAMP)
+	$(LEROBOT_BIN)/python -m pytest -q -m lerobot tests/data_lerobot

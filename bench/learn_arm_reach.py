@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.common import machine_info, print_table, write_json
+from unilab.bench.common import machine_info, print_table, write_json
 from unilab.config.compose import config_from_yaml
 from unilab.config.schema import Config
 from unilab.policies.actor_critic import GaussianActor

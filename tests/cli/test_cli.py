@@ -65,7 +65,7 @@ def test_bad_input_is_one_message_without_traceback(
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
-def test_verbs_not_landed_yet_say_so_and_fail(tmp_path: Path) -> None:
-    out = run("viz", "somewhere", cwd=tmp_path)
+def test_benchmark_not_landed_yet_says_so_and_fails(tmp_path: Path) -> None:
+    out = run("bench", "scaling", cwd=tmp_path)
     assert out.returncode == 3
     assert "not available yet" in out.stderr and "Traceback" not in out.stderr

@@ -14,7 +14,13 @@ from unilab.train import train
 from unilab.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from unilab.utils.metrics import read_metrics
 
-SMALL = ["sim.num_envs=16", "runtime.chunk_len=16", "logging.tensorboard=false", "run.quiet=true"]
+SMALL = [
+    "sim.num_envs=16",
+    "runtime.chunk_len=16",
+    "logging.tensorboard=false",
+    "run.quiet=true",
+    "run.export=false",
+]
 
 
 def _final_params(run: Path) -> dict[str, torch.Tensor]:
@@ -46,6 +52,10 @@ def test_ppo_learns_cartpole_through_the_runtime(tmp_path: Path) -> None:
         assert (run.path / sub).exists(), sub
     assert any((run.path / "tb").iterdir())
     assert (run.path / "summary.txt").read_text().startswith("done:")
+    # the end of `unilab train`: exported policy, video and Rerun recording
+    assert (run.path / "export" / "policy.onnx").stat().st_size > 0
+    assert (run.path / "export" / "policy.pt").stat().st_size > 0
+    assert list((run.path / "media").glob("*.mp4")) and list((run.path / "media").glob("*.rrd"))
 
 
 def test_resume_is_bit_exact_in_sync_mode(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ class RunConfig:
     """Write a checkpoint every N learner iterations (and always at the end)."""
     export: bool = True
     """Export the policy (ONNX and TorchScript) at the end of training."""
+    play_episodes: int = 1
+    """Episodes played at the end of training into media/ (mp4 video and Rerun .rrd); 0: none."""
     quiet: bool = False
     """No progress bar; only a final summary (for CI and scripts)."""
 
@@ -77,6 +79,12 @@ class LoggingConfig:
     """Write one JSON line of metrics per iteration to metrics.jsonl."""
     log_every: int = 1
     """Log metrics every N iterations."""
+    record_store: str | None = None
+    """Record whole training episodes into this episode store (sync mode, or one worker)."""
+    record_every: int = 1
+    """Arm envs for a new recorded episode every N batches (1: record continuously)."""
+    record_max_envs: int = 64
+    """Env columns recorded, spread evenly over the workers."""
 
 
 @dataclass

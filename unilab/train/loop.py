@@ -102,6 +102,21 @@ def train(cfg: Config) -> RunDir:
         save_state_every=cfg.run.checkpoint_every,
         restore_chunk=restore_chunk,
     )
+    recorder = None
+    if cfg.logging.record_store:
+        from unilab.data.recorder import ChunkRecorder
+
+        recorder = ChunkRecorder(
+            cfg.logging.record_store,
+            entry.algo_cls.chunk_fields(obs_dims, action_dim),
+            num_envs=runtime.envs_per_worker * cfg.runtime.num_workers,
+            envs_per_block=runtime.envs_per_worker,
+            fps=1.0 / metadata["control_dt"],
+            every_n_batches=cfg.logging.record_every,
+            max_envs=cfg.logging.record_max_envs,
+            meta={"task": cfg.task.name, "robot": metadata["robot"], "seed": cfg.run.seed},
+        )
+        notes.append(f"recording episodes to {cfg.logging.record_store}")
     logger = MetricsLogger(
         run.metrics if cfg.logging.jsonl else None,
         run.tensorboard if cfg.logging.tensorboard else None,
@@ -141,6 +156,13 @@ def train(cfg: Config) -> RunDir:
                     break
                 with prof.section("learner_wait"):
                     batch = runtime.next_batch()
+                if recorder is not None:
+                    with prof.section("record"):
+                        recorder.record(
+                            runtime._staging_np,
+                            batch.policy_versions,
+                            continuous=not batch.events and batch.dropped_stale == 0,
+                        )
                 for event in batch.events:
                     events_total += 1
                     bar.print(f"worker {event.worker_id} {event.kind}; restarted={event.restarted}")
@@ -181,6 +203,8 @@ def train(cfg: Config) -> RunDir:
             runtime.close()
             logger.close()
             restore_signals()
+            if recorder is not None:
+                recorder.close()
 
     wall = time.perf_counter() - t_start
     sim_busy = worker_totals["sim_s"] + worker_totals["inference_s"] + worker_totals["write_s"]
@@ -215,9 +239,35 @@ def train(cfg: Config) -> RunDir:
     if not cfg.run.quiet:
         print(prof.report(), file=sys.stderr)
     (run.path / "summary.txt").write_text(summary + "\n\n" + prof.report() + "\n")
+    failed = _finish_outputs(cfg, run)
     if stop:
         raise SystemExit(stop.exit_code)
+    if failed:
+        raise SystemExit(1)
     return run
+
+
+def _finish_outputs(cfg: Config, run: RunDir) -> bool:
+    """Export the policy and play it into media/; report problems without losing the run."""
+    if not cfg.run.export:
+        return False
+    from unilab.export.run_export import export_run
+
+    try:
+        paths = export_run(run.path)
+        print(f"exported: {paths['onnx']} and {paths['torchscript']}", file=sys.stderr)
+        if cfg.run.play_episodes > 0:
+            from unilab.deploy.play import play_run
+
+            media = play_run(run.path, episodes=cfg.run.play_episodes, video=True, max_steps=500)
+            for note in media.notes:
+                print(note, file=sys.stderr)
+            shown = [str(p) for p in (media.video, media.rrd) if p is not None]
+            print(f"media: {', '.join(shown)}", file=sys.stderr)
+    except Exception as exc:  # the checkpoint is safe; say what failed and exit non-zero
+        print(f"export/play failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def _info_means(
