@@ -112,6 +112,7 @@ class PPO(Algorithm):
         batch: dict[str, torch.Tensor],
         anchor_logprob: torch.Tensor,
         sample_weight: torch.Tensor | None,
+        kl_logprob: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """The clipped PPO epochs. The ratio is taken against `anchor_logprob` (the behaviour
         policy for PPO; the proximal policy for APPO), and each sample's surrogate is scaled
@@ -124,6 +125,8 @@ class PPO(Algorithm):
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         is_weight = torch.ones_like(adv) if sample_weight is None else sample_weight.reshape(-1)
         anchor = anchor_logprob.reshape(-1)
+        # The adaptive learning rate watches the KL to `kl_logprob` (default: the anchor).
+        kl_ref = anchor if kl_logprob is None else kl_logprob.reshape(-1)
         n = adv.shape[0]
         mb_size = max(1, n // cfg.num_minibatches)
         stats: dict[str, float] = {
@@ -165,7 +168,8 @@ class PPO(Algorithm):
                 self.optimizer.step()
 
                 with torch.no_grad():
-                    kl = ((ratio - 1) - log_ratio).mean()  # low-variance KL estimator (Schulman)
+                    log_kl = logp.detach() - kl_ref[idx]
+                    kl = (log_kl.exp() - 1 - log_kl).mean()  # low-variance KL estimator (Schulman)
                     self._adapt_lr(float(kl))
                     stats["policy_loss"] += float(policy_loss)
                     stats["value_loss"] += float(value_loss)

@@ -183,6 +183,7 @@ def train(cfg: Config) -> RunDir:
                     row["train/mean_return"] = mean_return if mean_return is not None else math.nan
                     row["train/steps_per_s"] = sps
                     row["train/iteration"] = iteration
+                    row["train/wall_s"] = elapsed
                     row["runtime/staleness_mean"] = float(np.mean(batch.staleness))
                     row["runtime/dropped_stale_total"] = runtime.counts["dropped_stale"]
                     row["runtime/learner_wait_s"] = prof.totals.get("learner_wait", 0.0)

@@ -1,0 +1,148 @@
+"""`unilab bench e2e`: wall time to a target return on the same task and seeds, in one run.
+
+Runners: unilab async (APPO), unilab async with plain PPO, unilab sync (PPO), and Stable-Baselines3 PPO on a gymnasium
+vector env of the same task (via unilab's gymnasium wrapper) when the `bench` extra is
+installed. Each runner trains until its mean return over the last 100 episodes reaches the
+target or the budget runs out; the time counts from the start of training (after start-up).
+
+Ratios: async_vs_sync_time_to_target (sync time / async time), unilab_vs_sb3_time_to_target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from unilab.bench.common import machine_info, print_table, write_json
+from unilab.config import compose
+from unilab.train import train
+from unilab.utils.metrics import read_metrics
+
+
+def time_to_target(rows: list[dict[str, Any]], target: float) -> float | None:
+    for row in rows:
+        ret = row.get("train/mean_return")
+        if ret is not None and ret >= target:
+            return float(row["train/wall_s"])
+    return None
+
+
+def run_unilab(task: str, algo: str, mode: str, seed: int, steps: int, out: Path) -> dict[str, Any]:
+    cfg = compose(
+        [
+            f"task={task}",
+            f"algo={algo}",
+            f"runtime.mode={mode}",
+            f"run.seed={seed}",
+            f"run.total_env_steps={steps}",
+            f"run.out_dir={out}",
+            "run.quiet=true",
+            "run.export=false",
+            "logging.tensorboard=false",
+        ]
+    )
+    run = train(cfg)
+    return {"rows": read_metrics(run.metrics)}
+
+
+def run_sb3(
+    task: str, seed: int, steps: int, target: float, num_envs: int
+) -> dict[str, Any] | None:
+    try:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.vec_env import VecMonitor
+    except ImportError:
+        return None
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from unilab.envs.gym_vector import TaskEnv
+
+    # SB3 builds its own VecEnv from single gymnasium envs (the ordinary user's path).
+    env = VecMonitor(make_vec_env(lambda: TaskEnv(task), n_envs=num_envs, seed=seed))
+    hit: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    class Stop(BaseCallback):
+        def _on_step(self) -> bool:
+            buf = self.model.ep_info_buffer
+            if buf and len(buf) >= 10 and statistics.mean(e["r"] for e in buf) >= target:
+                hit["t"] = time.perf_counter() - t0
+                return False
+            return True
+
+    PPO("MlpPolicy", env, seed=seed, verbose=0).learn(steps, callback=Stop())
+    return {"time_to_target_s": hit.get("t")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="unilab bench e2e", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, small budget")
+    parser.add_argument("--out", default="bench/results/e2e.json")
+    parser.add_argument("--task", default="cartpole_balance")
+    parser.add_argument("--target", type=float, default=9.0, help="mean return to reach")
+    parser.add_argument("--seeds", default="0,1,2")
+    args = parser.parse_args(argv)
+    seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
+    steps = 60_000 if args.quick else 400_000
+    results: dict[str, list[float | None]] = {"async": [], "async_ppo": [], "sync": [], "sb3": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for name, algo, mode in (
+                ("async", "appo", "async"),
+                ("async_ppo", "ppo", "async"),
+                ("sync", "ppo", "sync"),
+            ):
+                got = run_unilab(args.task, algo, mode, seed, steps, Path(tmp) / name)
+                results[name].append(time_to_target(got["rows"], args.target))
+            sb3 = None if args.quick else run_sb3(args.task, seed, 10 * steps, args.target, 4)
+            results["sb3"].append(None if sb3 is None else sb3["time_to_target_s"])
+
+    def med(values: list[float | None]) -> float | None:
+        hits = [v for v in values if v is not None]
+        return statistics.median(hits) if len(hits) == len(values) and hits else None
+
+    medians = {k: med(v) for k, v in results.items()}
+    ratios: dict[str, float | None] = {
+        "async_vs_sync_time_to_target": (
+            medians["sync"] / medians["async"] if medians["sync"] and medians["async"] else None
+        ),
+        "async_ppo_vs_sync_time_to_target": (
+            medians["sync"] / medians["async_ppo"]
+            if medians["sync"] and medians["async_ppo"]
+            else None
+        ),
+        "unilab_vs_sb3_time_to_target": (
+            medians["sb3"] / min(medians["sync"] or 1e9, medians["async"] or 1e9)
+            if medians["sb3"]
+            else None
+        ),
+    }
+    rows = [{"runner": k, "times_s": str(v), "median_s": medians[k]} for k, v in results.items()]
+    print_table(rows, ["runner", "times_s", "median_s"])
+    print("ratios:", ratios)
+    out = write_json(
+        args.out,
+        {
+            "benchmark": "e2e",
+            "machine": machine_info(),
+            "task": args.task,
+            "target_return": args.target,
+            "seeds": seeds,
+            "budget_env_steps": steps,
+            "times_to_target_s": results,
+            "medians_s": medians,
+            "ratios": ratios,
+            "targets": {"async_vs_sync_time_to_target": 1.3, "unilab_vs_sb3_time_to_target": 5.0},
+        },
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""`unilab bench runtime` and `unilab bench e2e` in quick mode: they run end to end through
+the CLI and write JSON with the ratios the results page reads (their speed is not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _bench(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "unilab.cli", "bench", *args, "--quick", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"wrote {out}" in proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_runtime_quick_writes_ratios(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "runtime", "--task", "cartpole_balance", "--envs-per-worker", "32")
+    assert {
+        "collect_vs_ceiling",
+        "collect_vs_ceiling_w1",
+        "collect_vs_ceiling_w2",
+        "async_vs_sync_overlap",
+    } <= set(doc["ratios"])
+    assert all(v > 0 for v in doc["ratios"].values())
+    assert doc["machine"]["usable_cores"] >= 1
+
+
+def test_e2e_quick_writes_times_and_ratios(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "e2e", "--target", "2.0")
+    assert set(doc["times_to_target_s"]) == {"async", "async_ppo", "sync", "sb3"}
+    assert doc["times_to_target_s"]["sync"][0] is not None  # a return of 2 is reached quickly
+    assert "async_vs_sync_time_to_target" in doc["ratios"]
