@@ -223,7 +223,8 @@ def _add_policy_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run a policy in simulation; write video and a Rerun recording",
         description="Run a policy in simulation for N episodes; write <out>/media/<name>.mp4 "
         "(set MUJOCO_GL=egl on headless machines), <name>.rrd (Rerun) and <name>.json. "
-        "task.* and sim.* key=value overrides change the simulated task.",
+        "task.* and sim.* key=value overrides change the simulated task; record=<store> "
+        "appends the finished episodes to an episode store.",
     )
     rollout_options(q, episodes=1)
     q.add_argument("--no-video", action="store_true", help="skip the mp4")

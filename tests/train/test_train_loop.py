@@ -115,3 +115,22 @@ def test_async_mode_respects_max_staleness(tmp_path: Path) -> None:
     assert sum(hist.values()) == summary["iterations"]
     rows = read_metrics(run.metrics)
     assert all(np.isfinite(r["algo/policy_loss"]) for r in rows)
+
+
+def test_pinned_run_with_training_time_rerun_recordings(tmp_path: Path) -> None:
+    cfg = compose(
+        [
+            *SMALL,
+            "runtime.pin_cpus=true",
+            "viz.rerun=true",
+            "viz.every=2",
+            "viz.steps=20",
+            "run.total_env_steps=1024",
+            f"run.out_dir={tmp_path}",
+        ]
+    )
+    run = train(cfg)
+    recordings = sorted(p.name for p in run.media.glob("train_*.rrd"))
+    assert recordings == ["train_000000002.rrd", "train_000000004.rrd"]
+    summary = json.loads((run.path / "summary.json").read_text())
+    assert summary["profile_s"]["viz"] > 0

@@ -88,6 +88,18 @@ class LoggingConfig:
 
 
 @dataclass
+class VizConfig:
+    rerun: bool = False
+    """During training, record a short rollout of the current policy to media/train_<it>.rrd."""
+    every: int = 50
+    """Learner iterations between two training-time recordings."""
+    steps: int = 200
+    """Control steps per training-time recording."""
+    num_envs: int = 2
+    """Envs per training-time recording."""
+
+
+@dataclass
 class TaskConfig:
     name: str = DEFAULT_TASK
     """Registered task name (`unilab list tasks`)."""
@@ -117,8 +129,9 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     algo: Any = field(default_factory=AlgoConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    viz: VizConfig = field(default_factory=VizConfig)
     device: str = "auto"
     """Learner device: auto (CUDA/ROCm, then MPS, then XPU, else CPU), cpu, cuda, cuda:N, mps, xpu."""
 
 
-SECTIONS = ("run", "sim", "task", "runtime", "algo", "logging")
+SECTIONS = ("run", "sim", "task", "runtime", "algo", "logging", "viz")

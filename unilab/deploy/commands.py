@@ -90,7 +90,9 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
 
     policy = _load(args.target, verb)
     meta = policy.metadata
-    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, args.overrides)
+    record = [t.split("=", 1)[1] for t in args.overrides if t.startswith("record=")]
+    overrides = [t for t in args.overrides if not t.startswith("record=")]
+    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
     out = Path(args.out) if args.out else _base_dir(Path(args.target))
     name = args.name or default_name.format(
         ckpt=Path(policy.source).stem, seed=args.seed, task=meta.task
@@ -109,7 +111,10 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         spawn=args.spawn,
         width=args.width,
         height=args.height,
+        record=record[-1] if record else None,
     )
+    if record:
+        print(f"recorded {len(result.recorded_episodes)} episodes to {record[-1]}")
     for note in result.notes:
         print(f"unilab {verb}: {note}", file=sys.stderr)
     returns = [round(e["return"], 4) for e in result.episodes]

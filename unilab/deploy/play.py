@@ -42,6 +42,8 @@ class PlayResult:
     video: str | None = None
     video_frames: int = 0
     rrd: str | None = None
+    recorded_episodes: list[int] = field(default_factory=list)
+    """Store indices of the episodes written to `record`."""
     recorded_steps: int = 0
     """Frames of env 0 in the recording: steps + 1 (the start state)."""
     wall_s: float = 0.0
@@ -67,7 +69,9 @@ def play(
     width: int = 640,
     height: int = 480,
     max_steps: int | None = None,
+    record: str | Path | None = None,
 ) -> PlayResult:
+    """`record`: an episode store path; the finished episodes are appended to it."""
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -96,6 +100,18 @@ def play(
     film = _Film(task, media_dir / f"{name}.mp4", width, height, video, result.notes)
     limit = max_steps or task.max_episode_steps * math.ceil(episodes / envs)
 
+    store = None
+    if record is not None:
+        from unilab.data.play_recorder import PlayRecorder
+
+        store = PlayRecorder(
+            record,
+            task.obs_dims,
+            task.action_dim,
+            envs,
+            fps=1.0 / task.control_dt,
+            meta={"task": task_cfg.name, "robot": task.robot.name, "seed": seed},
+        )
     obs = task.reset()
     episode_of_env0 = 0
     film.capture()
@@ -105,6 +121,8 @@ def play(
     while len(result.episodes) < episodes and step < limit:
         actions = np.asarray(policy.fn(obs[meta.obs_group]), dtype=np.float32)
         out = task.step(actions)
+        if store is not None:
+            store.add(obs, actions, out.reward, out.terminated, out.truncated)
         step += 1
         obs = out.obs
         film.capture()
@@ -123,6 +141,8 @@ def play(
             if env == 0:
                 episode_of_env0 += 1
     result.steps = step
+    if store is not None:
+        result.recorded_episodes = store.close()
     result.video, result.video_frames = film.close()
     if recorder is not None:
         result.recorded_steps = recorder.num_steps

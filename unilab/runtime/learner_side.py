@@ -10,6 +10,7 @@ policy versions dropped and counted.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -95,6 +96,8 @@ class LearnerRuntime:
             "state_dir": str(state_dir) if state_dir else None,
             "save_state_every": save_state_every,
             "restore_chunk": restore_chunk,
+            # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
+            "cores": sorted(os.sched_getaffinity(0)),
         }
         self.supervisor = Supervisor(
             "unilab.runtime.sim_worker:sim_worker_main",

@@ -23,6 +23,13 @@ from unilab.runtime.worker_stats import WorkerStats, WorkerStatsHandle
 _WEIGHT_POLL_S = 0.0002
 
 
+def pin_to_core(cores: list[int], index: int) -> None:
+    """Pin this process to cores[index % len(cores)] (worker w → core w; learner: the last)."""
+    import os
+
+    os.sched_setaffinity(0, {cores[index % len(cores)]})
+
+
 def _wait_for_weights(
     ctx: WorkerContext, actor: torch.nn.Module, flat: np.ndarray, newer_than: int
 ) -> int:
@@ -44,6 +51,8 @@ def sim_worker_main(ctx: WorkerContext) -> None:
     from unilab.tasks.registry import make_task
 
     cfg = config_from_yaml(ctx.config["config_yaml"])
+    if cfg.runtime.pin_cpus:
+        pin_to_core(ctx.config["cores"], ctx.worker_id)
     stats = WorkerStats.attach(WorkerStatsHandle(**ctx.config["stats"]))
     wid = ctx.worker_id
     torch.manual_seed(ctx.seed)

@@ -117,6 +117,17 @@ def train(cfg: Config) -> RunDir:
             meta={"task": cfg.task.name, "robot": metadata["robot"], "seed": cfg.run.seed},
         )
         notes.append(f"recording episodes to {cfg.logging.record_store}")
+    viz_recorder = None
+    if cfg.viz.rerun:
+        from unilab.viz.training_recorder import TrainingRecorder
+
+        viz_recorder = TrainingRecorder(
+            cfg, run.media, every=cfg.viz.every, steps=cfg.viz.steps, num_envs=cfg.viz.num_envs
+        )
+    if cfg.runtime.pin_cpus:
+        from unilab.runtime.sim_worker import pin_to_core
+
+        pin_to_core(runtime.supervisor.config["cores"], -1)  # workers take cores 0..W-1
     logger = MetricsLogger(
         run.metrics if cfg.logging.jsonl else None,
         run.tensorboard if cfg.logging.tensorboard else None,
@@ -172,6 +183,9 @@ def train(cfg: Config) -> RunDir:
                     runtime.publish(actor_to_flat(algo.actor))
                 iteration += 1
                 env_steps += batch.env_steps
+                if viz_recorder is not None:
+                    with prof.section("viz"):
+                        viz_recorder.maybe_record(iteration, algo.actor)
                 ep = runtime._staging_np["episode_return"]
                 returns.extend(ep[np.isfinite(ep)].tolist())
                 mean_return = float(np.mean(returns)) if returns else None
