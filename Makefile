@@ -37,8 +37,7 @@ format: install
 	$(BIN)/ruff format .
 
 bench: install
-	$(BIN)/unilab bench sim
-	$(BIN)/unilab bench runtime
+	$(BIN)/unilab bench all
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

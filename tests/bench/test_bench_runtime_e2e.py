@@ -41,3 +41,32 @@ def test_e2e_quick_writes_times_and_ratios(tmp_path: Path) -> None:
     assert set(doc["times_to_target_s"]) == {"async", "async_ppo", "sync", "sb3"}
     assert doc["times_to_target_s"]["sync"][0] is not None  # a return of 2 is reached quickly
     assert "async_vs_sync_time_to_target" in doc["ratios"]
+
+
+def test_scaling_quick_and_report(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "scaling", "--task", "cartpole_balance")
+    assert {r["path"] for r in doc["rows"]} == {"ceiling", "unilab"}
+    assert doc["ratios"]["scaling_efficiency_max_workers"] > 0
+    results = tmp_path / "results"
+    results.mkdir()
+    (tmp_path / "result.json").rename(results / "scaling.json")
+    page = tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unilab.cli",
+            "bench",
+            "report",
+            "--results",
+            str(results),
+            "--out",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "scaling_efficiency_max_workers" in text and "unilab bench scaling" in text

@@ -65,7 +65,8 @@ def test_bad_input_is_one_message_without_traceback(
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
-def test_benchmark_not_landed_yet_says_so_and_fails(tmp_path: Path) -> None:
-    out = run("bench", "scaling", cwd=tmp_path)
-    assert out.returncode == 3
-    assert "not available yet" in out.stderr and "Traceback" not in out.stderr
+def test_unknown_benchmark_lists_the_valid_ones(tmp_path: Path) -> None:
+    out = run("bench", "warp-speed", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "unknown benchmark 'warp-speed'" in out.stderr and "sim, runtime" in out.stderr
+    assert "Traceback" not in out.stderr
