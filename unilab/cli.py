@@ -130,7 +130,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for name, text in BENCHMARKS.items():
             print(f"  {name:<10} {text}")
         return 0 if args.name else EXIT_BAD_INPUT
-    names = [n for n in BENCHMARKS if not n.startswith("learn_")] if args.name == "all" else [args.name]
+    names = (
+        [n for n in BENCHMARKS if not n.startswith("learn_")] if args.name == "all" else [args.name]
+    )
     for name in names:
         if name not in BENCHMARKS:
             raise ConfigError(f"unknown benchmark {name!r}; valid: {', '.join(BENCHMARKS)}, all")
