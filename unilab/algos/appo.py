@@ -7,8 +7,7 @@ Decoupled PPO separates the two roles:
 - the *proximal* policy π_prox is the learner's policy at the start of this update; the
   clipped ratio is π_θ / π_prox, so the trust region is always around the current policy;
 - the off-policy correction is the importance weight π_prox / μ, truncated at
-  `max_is_weight`, multiplying each sample's surrogate;
-- the KL-adaptive learning rate watches the KL to μ, so stale data slows the step size.
+  `max_is_weight`, multiplying each sample's surrogate.
 
 Chunks older than `max_staleness` versions never reach this update (the runtime drops and
 counts them); the staleness of each batch is logged by the training loop.
@@ -40,19 +39,16 @@ class APPO(PPO):
     cfg: APPOConfig
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.actor.normalizer.update(batch["obs_policy"])
-        self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
+        # π_prox is the policy as this update finds it, normalizer included: with fresh data
+        # (sync mode) it equals the behaviour policy, every weight is 1 and APPO is PPO.
         with torch.no_grad():
             dist = self.actor.distribution(batch["obs_policy"])
             prox_logprob = dist.log_prob(batch["action"]).sum(-1)
             log_w = prox_logprob - batch["logprob"]
             weight = log_w.exp().clamp(max=self.cfg.max_is_weight)
-        # The learning rate adapts to the KL from the behaviour policy: how far the policy has
-        # moved from the data. Measured against π_prox it ignores staleness, and the rate
-        # climbs until stale batches overshoot (seen on cart-pole, bench/e2e.py).
-        metrics = self.optimize(
-            batch, prox_logprob, sample_weight=weight, kl_logprob=batch["logprob"]
-        )
+        self.actor.normalizer.update(batch["obs_policy"])
+        self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
+        metrics = self.optimize(batch, prox_logprob, sample_weight=weight)
         metrics["is_weight_mean"] = float(weight.mean())
         metrics["is_weight_truncated"] = float(
             (log_w.exp() > self.cfg.max_is_weight).float().mean()
