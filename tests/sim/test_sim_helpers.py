@@ -103,7 +103,7 @@ RENDER_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     from sim_test_models import FREE_XML
     from unilab.sim import BatchedSim
-    from unilab.sim.render import render_frames
+    from unilab.viz.video import render_frames
     sim = BatchedSim(mujoco.MjModel.from_xml_string(FREE_XML), 3, substeps=5)
     for _ in range(5):
         sim.step()

@@ -15,6 +15,10 @@ from types import TracebackType
 import cv2
 import mujoco
 import numpy as np
+import numpy.typing as npt
+
+from unilab.sim.batched_sim import BatchedSim
+from unilab.sim.indices import as_env_ids
 
 
 class RenderUnavailableError(RuntimeError):
@@ -159,3 +163,23 @@ def read_video(path: Path) -> np.ndarray:
     finally:
         cap.release()
     return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
+
+
+def render_frames(
+    sim: BatchedSim,
+    env_ids: npt.ArrayLike,
+    camera: str | None = None,
+    width: int = 320,
+    height: int = 240,
+) -> np.ndarray:
+    """(len(env_ids), height, width, 3) uint8 frames of chosen envs of a BatchedSim (for
+    image observations and quick looks); opens and closes one GL context per call."""
+    ids = as_env_ids(env_ids, sim.num_envs)
+    data = mujoco.MjData(sim.model)
+    frames = []
+    with SceneCamera(sim.model, width=width, height=height, camera=camera) as cam:
+        for env in ids:
+            # A persistent batch keeps each env's whole MjData: state as of its last call.
+            sim.batch.get_data(int(env), data)
+            frames.append(cam.render(data))
+    return np.stack(frames) if frames else np.zeros((0, height, width, 3), np.uint8)
