@@ -17,6 +17,7 @@ can bootstrap time-outs (`truncated`) apart from real ends (`terminated`).
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -57,7 +58,7 @@ class StepResult:
     """Task metrics per env, e.g. success or velocity error; logged as means."""
 
 
-class Task:
+class Task(abc.ABC):
     robot: ClassVar[RobotSpec]
     control_dt: ClassVar[float]
     """Seconds between two policy actions; substeps = control_dt / model timestep."""
@@ -118,11 +119,13 @@ class Task:
     def build_model(self) -> mujoco.MjModel:
         return load_model(self.robot)
 
+    @abc.abstractmethod
     def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(f"{type(self).__name__} must implement action_to_ctrl")
+        """(n, action_dim) actions in [-action_clip, action_clip] -> (n, nu) controls."""
 
+    @abc.abstractmethod
     def observe(self) -> dict[str, np.ndarray]:
-        raise NotImplementedError(f"{type(self).__name__} must implement observe")
+        """Observation groups, (n, d) float32 each, with at least `policy`."""
 
     def terminations(self) -> dict[str, np.ndarray]:
         return {}

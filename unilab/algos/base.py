@@ -7,6 +7,7 @@ learner's actor weights (`actor`), and hands over batches of chunks (`update`).
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,7 +49,7 @@ def info_fields(reward_terms: list[str], task_metrics: list[str]) -> FieldSpecs:
     return fields
 
 
-class Algorithm:
+class Algorithm(abc.ABC):
     """Base of learners. Subclasses set `name`, build networks and implement `update`."""
 
     cfg: AlgoConfig
@@ -74,18 +75,21 @@ class Algorithm:
         )
 
     @staticmethod
+    @abc.abstractmethod
     def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> nn.Module:
-        raise NotImplementedError
+        """The module workers run: `act(obs) -> (action, logprob)`; `forward` is deterministic."""
 
+    @abc.abstractmethod
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Learn from a batch of (T, N, ...) tensors on `self.device`; returns metrics."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Everything to resume, as weights_only-loadable values."""
 
+    @abc.abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Restore what state_dict returned."""
 
 
 def actor_to_flat(actor: nn.Module) -> np.ndarray:
