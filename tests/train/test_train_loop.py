@@ -13,6 +13,7 @@ from unilab.config import compose
 from unilab.train import train
 from unilab.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from unilab.utils.metrics import read_metrics
+from unilab.workflows.train import train as train_with_tools
 
 SMALL = [
     "sim.num_envs=16",
@@ -41,7 +42,7 @@ def test_ppo_learns_cartpole_through_the_runtime(tmp_path: Path) -> None:
             f"run.out_dir={tmp_path}",
         ]
     )
-    run = train(cfg)
+    run = train_with_tools(cfg)
     rows = read_metrics(run.metrics)
     first = next(r["train/mean_return"] for r in rows if r["train/mean_return"] is not None)
     last = rows[-1]["train/mean_return"]
@@ -129,7 +130,7 @@ def test_pinned_run_with_training_time_rerun_recordings(tmp_path: Path) -> None:
             f"run.out_dir={tmp_path}",
         ]
     )
-    run = train(cfg)
+    run = train_with_tools(cfg)
     recordings = sorted(p.name for p in run.media.glob("train_*.rrd"))
     assert recordings == ["train_000000002.rrd", "train_000000004.rrd"]
     summary = json.loads((run.path / "summary.json").read_text())

@@ -6,6 +6,12 @@ back, then moves the batch to the learner device (pinned memory and a non-blocki
 CUDA). In sync mode a batch is one chunk from every worker made by the current policy; in
 async mode it is the next `num_workers` chunks, with chunks older than `max_staleness`
 policy versions dropped and counted.
+
+The worker processes run `worker_target` ("module:function"; the train layer's
+`unilab.train.sim_worker:sim_worker_main` composes task and policy), and chunks come from
+`source`: by default a shared-memory `RingBuffer` those workers write, built here. Another
+`ChunkSource` (e.g. Ray actors on other hosts) can be passed in instead; the supervisor then
+still runs the local workers of `runtime.num_workers` against the ring it is given.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unilab.algos.base import FieldSpecs
 from unilab.config.schema import Config
+from unilab.runtime.fields import FieldSpecs
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
+from unilab.runtime.source import ChunkSource
 from unilab.runtime.supervisor import Supervisor, WorkerEvent
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_stats import WorkerStats
@@ -65,6 +72,9 @@ class LearnerRuntime:
         state_dir: Path | None = None,
         save_state_every: int = 0,
         restore_chunk: int | None = None,
+        *,
+        worker_target: str,
+        source: ChunkSource | None = None,
     ) -> None:
         rt = cfg.runtime
         self.cfg = cfg
@@ -76,14 +86,18 @@ class LearnerRuntime:
         self.wait_timeout_s = rt.wait_timeout_s
         self.owner = SegmentOwner()
         spec = {name: (shape, np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
-        self.ring = RingBuffer(
-            spec,
-            rt.num_workers,
-            self.envs_per_worker,
-            rt.chunk_len,
-            rt.slots_per_worker,
-            owner=self.owner,
-        )
+        if source is None:
+            source = RingBuffer(
+                spec,
+                rt.num_workers,
+                self.envs_per_worker,
+                rt.chunk_len,
+                rt.slots_per_worker,
+                owner=self.owner,
+            )
+        self.source: ChunkSource = source
+        """Where chunks come from; the learner reads nothing else."""
+        self.chunk_len = int(rt.chunk_len)
         self.weights = WeightStore.create(self.owner, actor_floats)
         self.stats = WorkerStats.create(self.owner, rt.num_workers)
         worker_config = {
@@ -100,10 +114,10 @@ class LearnerRuntime:
             "cores": sorted(os.sched_getaffinity(0)),
         }
         self.supervisor = Supervisor(
-            "unilab.runtime.sim_worker:sim_worker_main",
+            worker_target,
             rt.num_workers,
             owner=self.owner,
-            ring=self.ring,
+            ring=source if isinstance(source, RingBuffer) else None,
             weights=self.weights,
             config=worker_config,
             seed=cfg.run.seed,
@@ -117,7 +131,11 @@ class LearnerRuntime:
             )
             for name, (shape, dtype) in fields.items()
         }
-        self._staging_np = {name: t.numpy() for name, t in self._staging.items()}
+        self.host_batch: dict[str, np.ndarray] = {
+            name: t.numpy() for name, t in self._staging.items()
+        }
+        """The last batch on the host, field -> (T, B * n_envs, ...) numpy (the staging memory:
+        valid until the next `next_batch`). Recorders and logging read it."""
         self.version = 0
         self.counts: Counter[str] = Counter()
         self.staleness_hist: Counter[int] = Counter()
@@ -144,14 +162,14 @@ class LearnerRuntime:
             new_events = self.supervisor.poll()
             events.extend(new_events)
             self._check_failing(new_events)
-            ready = self.ring.get_ready(timeout=_POLL_S)
+            ready = self.source.get_ready(timeout=_POLL_S)
             if not ready and time.monotonic() > deadline:
                 raise RuntimeStalled(
                     f"no chunk from the workers for {self.wait_timeout_s:.0f} s "
                     f"(runtime.wait_timeout_s); worker errors: {self.supervisor.errors[-1:] or 'none'}"
                 )
             for slot in ready:
-                header = self.ring.header(slot)
+                header = self.source.header(slot)
                 self._failures_without_chunk[header.worker_id] = 0
                 staleness = self.version - header.policy_version
                 if self.sync:
@@ -168,7 +186,7 @@ class LearnerRuntime:
                     self.staleness_hist[staleness] += 1
                 else:
                     dropped += 1
-                self.ring.release(slot)
+                self.source.release(slot)
             if ready:
                 deadline = time.monotonic() + self.wait_timeout_s
         self.learner_wait_s += time.perf_counter() - t0
@@ -182,7 +200,7 @@ class LearnerRuntime:
             tensors=tensors,
             policy_versions=versions,
             staleness=[self.version - v for v in versions],
-            env_steps=need * self.envs_per_worker * self.ring.chunk_len,
+            env_steps=need * self.envs_per_worker * self.chunk_len,
             dropped_stale=dropped,
             events=events,
         )
@@ -204,11 +222,14 @@ class LearnerRuntime:
     def _copy_in(self, slot: int, block: int) -> None:
         lo = block * self.envs_per_worker
         hi = lo + self.envs_per_worker
-        for name, array in self.ring.views(slot).items():
-            np.copyto(self._staging_np[name][:, lo:hi], array)
+        for name, array in self.source.views(slot).items():
+            np.copyto(self.host_batch[name][:, lo:hi], array)
 
     def close(self) -> None:
-        self.supervisor.shutdown()
+        self.supervisor.shutdown()  # closes the ring it was given
+        close = getattr(self.source, "close", None)
+        if not isinstance(self.source, RingBuffer) and callable(close):
+            close()  # an injected source the supervisor does not know about
         self.owner.unlink_all()
 
 
