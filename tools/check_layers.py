@@ -86,9 +86,8 @@ def layer_of(module: str) -> tuple[int, str] | None:
         for package in packages:
             # The root package holds only itself: a new subpackage must be given a layer.
             inside = package != "unilab" and module.startswith(package + ".")
-            if module == package or inside:
-                if best is None or len(package) > best[0]:
-                    best = (len(package), index, name)
+            if (module == package or inside) and (best is None or len(package) > best[0]):
+                best = (len(package), index, name)
     return None if best is None else (best[1], best[2])
 
 

@@ -7,11 +7,13 @@ CUDA). In sync mode a batch is one chunk from every worker made by the current p
 async mode it is the next `num_workers` chunks, with chunks older than `max_staleness`
 policy versions dropped and counted.
 
-The worker processes run `worker_target` ("module:function"; the train layer's
-`unilab.train.sim_worker:sim_worker_main` composes task and policy), and chunks come from
-`source`: by default a shared-memory `RingBuffer` those workers write, built here. Another
-`ChunkSource` (e.g. Ray actors on other hosts) can be passed in instead; the supervisor then
-still runs the local workers of `runtime.num_workers` against the ring it is given.
+Chunks come from `source`. By default that is a shared-memory `RingBuffer` built here,
+written by `runtime.num_workers` local worker processes that a `Supervisor` runs; they run
+`worker_target` ("module:function"; the train layer's `unilab.train.sim_worker:sim_worker_main`
+composes task and policy). A `ChunkSource` passed in instead (e.g. Ray actors on other
+hosts) brings its own producers: no local worker starts, supervisor events are empty, and
+its `close()` (if any) runs at `close()`. The source's slots must be laid out as the
+default ring's (`num_workers` blocks of envs_per_worker envs, `chunk_len` steps).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class LearnerRuntime:
         self.wait_timeout_s = rt.wait_timeout_s
         self.owner = SegmentOwner()
         spec = {name: (shape, np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
+        self.local_workers = source is None
         if source is None:
             source = RingBuffer(
                 spec,
@@ -100,6 +103,8 @@ class LearnerRuntime:
         self.chunk_len = int(rt.chunk_len)
         self.weights = WeightStore.create(self.owner, actor_floats)
         self.stats = WorkerStats.create(self.owner, rt.num_workers)
+        # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
+        self.cores = sorted(os.sched_getaffinity(0))
         worker_config = {
             "config_yaml": config_yaml,
             "stats": {
@@ -110,19 +115,21 @@ class LearnerRuntime:
             "state_dir": str(state_dir) if state_dir else None,
             "save_state_every": save_state_every,
             "restore_chunk": restore_chunk,
-            # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
-            "cores": sorted(os.sched_getaffinity(0)),
+            "cores": self.cores,
         }
-        self.supervisor = Supervisor(
-            worker_target,
-            rt.num_workers,
-            owner=self.owner,
-            ring=source if isinstance(source, RingBuffer) else None,
-            weights=self.weights,
-            config=worker_config,
-            seed=cfg.run.seed,
-            hang_timeout_s=rt.hang_timeout_s,
-        )
+        self.supervisor: Supervisor | None = None
+        """Runs the local workers; None when an injected source brings its own producers."""
+        if self.local_workers:
+            self.supervisor = Supervisor(
+                worker_target,
+                rt.num_workers,
+                owner=self.owner,
+                ring=source if isinstance(source, RingBuffer) else None,
+                weights=self.weights,
+                config=worker_config,
+                seed=cfg.run.seed,
+                hang_timeout_s=rt.hang_timeout_s,
+            )
         batch_envs = self.envs_per_worker * rt.num_workers
         pin = device.type == "cuda"
         self._staging = {
@@ -143,8 +150,16 @@ class LearnerRuntime:
         self._failures_without_chunk = [0] * rt.num_workers
 
     def start(self) -> LearnerRuntime:
-        self.supervisor.start()
+        if self.supervisor is not None:
+            self.supervisor.start()
         return self
+
+    def supervisor_stats(self) -> dict[str, int]:
+        """Deaths, hangs, restarts, ... of the local workers ({} without them)."""
+        return dict(self.supervisor.stats()) if self.supervisor is not None else {}
+
+    def _errors(self) -> list[str]:
+        return self.supervisor.errors if self.supervisor is not None else []
 
     def publish(self, flat: np.ndarray) -> int:
         self.version = self.weights.publish(flat)
@@ -159,14 +174,14 @@ class LearnerRuntime:
         deadline = time.monotonic() + self.wait_timeout_s
         t0 = time.perf_counter()
         while len(taken) < need:
-            new_events = self.supervisor.poll()
+            new_events = self.supervisor.poll() if self.supervisor is not None else []
             events.extend(new_events)
             self._check_failing(new_events)
             ready = self.source.get_ready(timeout=_POLL_S)
             if not ready and time.monotonic() > deadline:
                 raise RuntimeStalled(
                     f"no chunk from the workers for {self.wait_timeout_s:.0f} s "
-                    f"(runtime.wait_timeout_s); worker errors: {self.supervisor.errors[-1:] or 'none'}"
+                    f"(runtime.wait_timeout_s); worker errors: {self._errors()[-1:] or 'none'}"
                 )
             for slot in ready:
                 header = self.source.header(slot)
@@ -211,9 +226,8 @@ class LearnerRuntime:
                 if event.kind == "died":
                     self._failures_without_chunk[event.worker_id] += 1
                 if self._failures_without_chunk[event.worker_id] >= MAX_FAILURES_WITHOUT_CHUNK:
-                    last = (
-                        self.supervisor.errors[-1] if self.supervisor.errors else "(no traceback)"
-                    )
+                    errors = self._errors()
+                    last = errors[-1] if errors else "(no traceback)"
                     raise WorkersFailing(
                         f"worker {event.worker_id} failed {MAX_FAILURES_WITHOUT_CHUNK} times "
                         f"without delivering a chunk; last error:\n{last}"
@@ -226,10 +240,12 @@ class LearnerRuntime:
             np.copyto(self.host_batch[name][:, lo:hi], array)
 
     def close(self) -> None:
-        self.supervisor.shutdown()  # closes the ring it was given
-        close = getattr(self.source, "close", None)
-        if not isinstance(self.source, RingBuffer) and callable(close):
-            close()  # an injected source the supervisor does not know about
+        if self.supervisor is not None:
+            self.supervisor.shutdown()  # closes the ring it runs
+        else:
+            close = getattr(self.source, "close", None)
+            if callable(close):
+                close()
         self.owner.unlink_all()
 
 

@@ -230,7 +230,7 @@ class Runner:
                 with self._hook_section(hook):
                     hook.on_start(self)
             if cfg.runtime.pin_cpus:
-                pin_to_core(runtime.supervisor.config["cores"], -1)  # workers: cores 0..W-1
+                pin_to_core(runtime.cores, -1)  # workers: cores 0..W-1
             with TrainingProgress(
                 cfg.run.total_env_steps, f"{cfg.task.name}/{cfg.algo.name}", cfg.run.quiet
             ) as bar:
@@ -369,7 +369,7 @@ class Runner:
             info_means(runtime.host_batch, self.shapes.reward_terms, self.shapes.task_metrics)
         )
         row.update({f"workers/{k}": v for k, v in runtime.stats.totals().items()})
-        row.update({f"supervisor/{k}": v for k, v in runtime.supervisor.stats().items()})
+        row.update({f"supervisor/{k}": v for k, v in runtime.supervisor_stats().items()})
         return row
 
     def _write_summary(
@@ -404,7 +404,7 @@ class Runner:
             "staleness_hist": {str(k): v for k, v in staleness.items()},
             "dropped_stale": runtime.counts["dropped_stale"],
             "workers": worker_totals,
-            "supervisor": runtime.supervisor.stats(),
+            "supervisor": runtime.supervisor_stats(),
             "profile_s": prof.snapshot(),
         }
         (self.run.path / "summary.json").write_text(json.dumps(result.summary, indent=2))
