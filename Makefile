@@ -31,6 +31,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python tools/check_layers.py
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -1,13 +1,13 @@
-"""`python -m bench.learn_arm_reach`: train arm_reach with `unilab train` on its preset, then
-measure, checkpoint by checkpoint, the fraction of episodes that end within 2 cm of the target.
+"""`python -m bench.learn_arm_reach`: train arm_reach on its preset, then measure, checkpoint
+by checkpoint, the fraction of episodes that end within 2 cm of the target.
 
-Training is the real command (`unilab train task=arm_reach ...` in a child process: worker
-process, ring buffer, learner). While it runs, this script copies every `ckpt_*.pt` the run
-writes (the run keeps only its newest three) and notes when it appeared, in seconds since
-the command was launched, so start-up counts against the time. After training it loads
-each copy with `torch.load(weights_only=True)`, rebuilds the actor from the run's config and
-rolls it out deterministically on fresh envs (fixed seed) for one full episode. Success is
-the task's own `success` metric at the episode's last step: end effector within
+Training is the real loop, in this process: a `unilab.train.Runner` (worker process, ring
+buffer, learner) on the preset configs/arm_reach/ppo.yaml. A hook keeps a copy of the
+policy at every checkpoint the run writes, with the time it was written in seconds since
+the bench started building the run, so start-up counts against the time (the Python and
+torch imports before that do not). After training each copy is rolled out
+deterministically on fresh envs (fixed seed) for one full episode. Success is the task's
+own `success` metric at the episode's last step: end effector within
 `task.success_tolerance` (2 cm) of the target. The target: >= 95 % success in under 10 min.
 
 Writes JSON (time and env steps to 95 %, every evaluation, the training curve from
@@ -17,8 +17,6 @@ metrics.jsonl, machine and load) and a PNG of success against wall time next to 
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,32 +27,51 @@ from typing import Any
 import numpy as np
 import torch
 
+from unilab.algos.build import make_task_and_policy
 from unilab.bench.common import machine_info, print_table, write_json
-from unilab.config.compose import config_from_yaml
+from unilab.config.compose import compose
 from unilab.config.schema import Config
-from unilab.policies.actor_critic import GaussianActor
-from unilab.tasks.registry import make_task
+from unilab.runtime.rollout import StepInfo, rollout
+from unilab.train import Runner, TrainHook
 from unilab.utils.metrics import read_metrics
 
 TASK = "arm_reach"
 TARGET_SUCCESS = 0.95
 TARGET_MINUTES = 10.0
 DEFAULT_OUT = "bench/results/learn_arm_reach.json"
-POLL_S = 0.2
 
 
 @dataclass
-class SeenCheckpoint:
-    path: Path
-    """Our copy of the checkpoint."""
+class Snapshot:
+    iteration: int
+    env_steps: int
     seen_s: float
-    """Seconds from launching the training command to the checkpoint's write (its mtime)."""
+    """Seconds from the bench's start to the checkpoint's write."""
+    weights: dict[str, torch.Tensor]
+    """The policy's state dict at that checkpoint (CPU copies)."""
 
 
-def train_command(out_dir: str, overrides: list[str]) -> list[str]:
-    """`unilab train` arguments; the preset configs/arm_reach/ppo.yaml supplies the rest."""
+class CheckpointSnapshots(TrainHook):
+    """Keeps the policy of every checkpoint (the run itself keeps only its newest three)."""
+
+    name = "snapshots"
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.snapshots: dict[int, Snapshot] = {}
+
+    def on_checkpoint(self, runner: Runner, path: Path) -> None:
+        if runner.iteration in self.snapshots:  # the final checkpoint may repeat the last one
+            return
+        weights = {k: v.detach().to("cpu").clone() for k, v in runner.policy.state_dict().items()}
+        self.snapshots[runner.iteration] = Snapshot(
+            runner.iteration, runner.env_steps, time.perf_counter() - self.started, weights
+        )
+
+
+def train_tokens(out_dir: str, overrides: list[str]) -> list[str]:
+    """The run's config tokens; the preset configs/arm_reach/ppo.yaml supplies the rest."""
     return [
-        "train",
         f"task={TASK}",
         f"run.out_dir={out_dir}",
         "run.quiet=true",
@@ -64,69 +81,31 @@ def train_command(out_dir: str, overrides: list[str]) -> list[str]:
     ]
 
 
-def run_training(
-    args: list[str], out_dir: Path, keep_dir: Path
-) -> tuple[Path, list[SeenCheckpoint], float]:
-    """Run `unilab train` in a child process, copying each checkpoint as it appears.
-
-    Returns the run directory, the copies (oldest first) and the command's wall time.
-    """
-    code = "import sys; from unilab.cli import main; sys.exit(main())"
-    launched = time.time()
-    proc = subprocess.Popen([sys.executable, "-c", code, *args])
-    seen: dict[str, SeenCheckpoint] = {}
-
-    def collect() -> None:
-        for ckpt in sorted(out_dir.glob(f"{TASK}/*/*/checkpoints/ckpt_*.pt")):
-            if ckpt.name in seen:
-                continue
-            try:
-                mtime = ckpt.stat().st_mtime
-                copy = keep_dir / ckpt.name
-                shutil.copy2(ckpt, copy)
-            except FileNotFoundError:  # rotated away between listing and copying
-                continue
-            seen[ckpt.name] = SeenCheckpoint(copy, mtime - launched)
-
-    while proc.poll() is None:
-        collect()
-        time.sleep(POLL_S)
-    wall = time.time() - launched
-    collect()
-    if proc.returncode != 0:
-        raise RuntimeError(f"unilab train exited with status {proc.returncode}")
-    runs = sorted(out_dir.glob(f"{TASK}/*/*/metrics.jsonl"))
-    if not runs:
-        raise RuntimeError(f"no run directory with metrics.jsonl under {out_dir}")
-    return runs[-1].parent, [seen[k] for k in sorted(seen)], wall
+def run_training(tokens: list[str], started: float) -> tuple[Config, Path, list[Snapshot], float]:
+    """Train in this process; returns the config, the run directory, the snapshots (oldest
+    first) and the wall time from `started` to the end of training."""
+    cfg = compose(tokens)
+    snapshots = CheckpointSnapshots(started)
+    result = Runner(cfg, [snapshots]).learn()
+    if result.exit_code:
+        raise SystemExit(result.exit_code)
+    wall = time.perf_counter() - started
+    return cfg, result.run.path, [snapshots.snapshots[k] for k in sorted(snapshots.snapshots)], wall
 
 
-def load_actor(
-    cfg: Config, obs_dim: int, action_dim: int, checkpoint: Path
-) -> tuple[GaussianActor, dict[str, Any]]:
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    actor = GaussianActor(
-        obs_dim, action_dim, cfg.algo.actor_hidden, cfg.algo.activation, cfg.algo.init_std
-    )
-    actor.load_state_dict(state["algo"]["actor"])
-    actor.eval()
-    return actor, state
-
-
-def evaluate(cfg: Config, checkpoint: Path, num_envs: int, seed: int) -> dict[str, Any]:
+def evaluate(cfg: Config, snapshot: Snapshot, num_envs: int, seed: int) -> dict[str, Any]:
     """One deterministic episode on num_envs fresh envs; success and distance at its end."""
-    task = make_task(cfg.task, num_envs=num_envs, seed=seed)
-    actor, state = load_actor(cfg, task.obs_dims["policy"], task.action_dim, checkpoint)
-    obs = task.reset()
-    success = distance = np.zeros(num_envs)
-    with torch.no_grad():
-        for _ in range(task.max_episode_steps):
-            result = task.step(actor(torch.from_numpy(obs["policy"])).numpy())
-            success, distance = result.extras["success"], result.extras["distance"]
-            obs = result.obs
+    task, policy = make_task_and_policy(cfg, num_envs, seed, weights=snapshot.weights)
+    last: dict[str, np.ndarray] = {}
+
+    def keep_last(info: StepInfo) -> None:
+        last.update(info.result.extras)
+
+    rollout(task, policy, steps=task.max_episode_steps, on_step=keep_last)
+    success, distance = last["success"], last["distance"]
     return {
-        "iteration": int(state["iteration"]),
-        "env_steps": int(state["env_steps"]),
+        "iteration": snapshot.iteration,
+        "env_steps": snapshot.env_steps,
         "success": float(success.mean()),
         "mean_final_distance_m": float(distance.mean()),
         "max_final_distance_m": float(distance.max()),
@@ -153,7 +132,7 @@ def training_curve(rows: list[dict[str, Any]], offset_s: float) -> list[dict[str
 
 
 def startup_offset(rows: list[dict[str, Any]], evals: list[dict[str, Any]]) -> float:
-    """Seconds between launch and the loop's clock start: checkpoint write times against the
+    """Seconds between the bench's start and the loop's clock start: checkpoint write times against the
     loop's own elapsed time at the same env step (median over checkpoints)."""
     loop_wall = {
         r["env_steps"]: r["env_steps"] / r["train/steps_per_s"]
@@ -186,7 +165,7 @@ def plot(evals: list[dict[str, Any]], curve: list[dict[str, Any]], path: Path, t
         left.plot(xs, ys, color="tab:gray", linewidth=0.8, label="training: steps within 2 cm")
     left.axhline(TARGET_SUCCESS, color="tab:green", linestyle=":", linewidth=1)
     left.axvline(TARGET_MINUTES, color="tab:red", linestyle=":", linewidth=1)
-    left.set_xlabel("wall time since `unilab train` started (min)")
+    left.set_xlabel("wall time since the run started building (min)")
     left.set_ylabel("success")
     left.set_ylim(-0.02, 1.02)
     left.legend(loc="lower right", fontsize=8)
@@ -214,26 +193,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval_envs < 1:
         parser.error("--eval-envs must be >= 1")
     torch.set_num_threads(1)
-    started = time.time()
+    started = time.perf_counter()
     machine = machine_info()
 
     out_dir = Path(tempfile.mkdtemp(prefix="learn_arm_reach_"))
-    keep_dir = out_dir / "seen_checkpoints"
-    keep_dir.mkdir()
-    command = train_command(str(out_dir), list(args.overrides))
-    run_path, seen, train_wall = run_training(command, out_dir, keep_dir)
+    tokens = train_tokens(str(out_dir), list(args.overrides))
+    cfg, run_path, seen, train_wall = run_training(tokens, started)
     if not seen:
         print(f"no checkpoint was written under {out_dir}", file=sys.stderr)
         return 1
-    cfg = config_from_yaml((run_path / "config.yaml").read_text())
 
     evals = []
-    for ckpt in seen:
-        result = evaluate(cfg, ckpt.path, args.eval_envs, args.seed)
-        evals.append({"wall_s": ckpt.seen_s, **result})
+    for snap in seen:
+        result = evaluate(cfg, snap, args.eval_envs, args.seed)
+        evals.append({"wall_s": snap.seen_s, **result})
         print(
             f"iteration {result['iteration']:5d}  {result['env_steps']:>10,} steps  "
-            f"{ckpt.seen_s:6.0f} s  success {result['success']:.3f}",
+            f"{snap.seen_s:6.0f} s  success {result['success']:.3f}",
             flush=True,
         )
     rows = read_metrics(run_path / "metrics.jsonl")
@@ -245,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "benchmark": "learn_arm_reach",
         "task": TASK,
-        "command": "unilab " + " ".join(command),
+        "command": "Runner(compose(" + repr(tokens) + ")).learn() in-process",
         "bench_command": "python -m bench.learn_arm_reach " + " ".join(argv or sys.argv[1:]),
         "machine": machine,
         "run_dir": str(run_path),
@@ -273,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "evaluations": evals,
         "curve": curve,
         "summary": summary_file.read_text() if summary_file.is_file() else "",
-        "bench_wall_s": time.time() - started,
+        "bench_wall_s": time.perf_counter() - started,
     }
     out = write_json(args.out, doc)
     plot(evals, curve, out.with_suffix(".png"), f"{TASK}: {cfg.sim.num_envs} envs, PPO, sync")
@@ -290,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         ["env steps", "steps/s", "to 95 % (s)", "steps to 95 %", "final success", "passed"],
     )
-    print(f"wrote {out} and {out.with_suffix('.png')}")
-    shutil.rmtree(keep_dir, ignore_errors=True)  # the run directory stays for inspection
+    print(f"wrote {out} and {out.with_suffix('.png')}")  # the run directory stays
     return 0
 
 

@@ -1,10 +1,10 @@
 """`python -m bench.learn_quadruped`: train quadruped_joystick_flat for a wall-clock budget,
 then measure how well the final policy walks at a commanded 0.5 m/s.
 
-Training is the real loop (`unilab.train.train` on the task's preset: worker process, ring
-buffer, learner) with `run.max_wall_s` as the budget. The evaluation loads the newest
-`checkpoints/ckpt_*.pt` with `torch.load(weights_only=True)`, rebuilds the actor from the
-preset's sizes, and rolls it out deterministically on fresh envs with a fixed command
+Training is the real loop (`unilab.train.train`, a `Runner` on the task's preset: worker
+process, ring buffer, learner) with `run.max_wall_s` as the budget. The evaluation loads the
+newest `checkpoints/ckpt_*.pt` with `torch.load(weights_only=True)`, builds the run's policy
+with those weights (`build_policy`), and rolls it out deterministically on fresh envs with a fixed command
 (vx = 0.5 m/s, vy = 0, yaw rate = 0) for `--eval-seconds`. The score is the mean of
 |v_x - 0.5| (base-frame forward velocity from the IMU) over all envs and steps after the
 first second (the robot starts from standing); the target is <= 0.2 m/s. Falls (episode
@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from unilab.algos.build import make_task_and_policy
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.config import compose
 from unilab.config.schema import Config
-from unilab.policies.actor_critic import GaussianActor
-from unilab.tasks.registry import make_task
+from unilab.runtime.rollout import StepInfo, rollout
 from unilab.train import train
-from unilab.train.checkpoint import list_checkpoints
+from unilab.utils.checkpoint import list_checkpoints, load_checkpoint
 from unilab.utils.metrics import read_metrics
 
 TASK = "quadruped_joystick_flat"
@@ -58,16 +58,6 @@ def training_config(minutes: float, out_dir: str, overrides: list[str]) -> Confi
     )
 
 
-def load_actor(cfg: Config, obs_dim: int, action_dim: int, checkpoint: Path) -> GaussianActor:
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    actor = GaussianActor(
-        obs_dim, action_dim, cfg.algo.actor_hidden, cfg.algo.activation, cfg.algo.init_std
-    )
-    actor.load_state_dict(state["algo"]["actor"])
-    actor.eval()
-    return actor
-
-
 def evaluate(
     cfg: Config, checkpoint: Path, num_envs: int, seconds: float, seed: int
 ) -> dict[str, Any]:
@@ -82,22 +72,22 @@ def evaluate(
         push_interval_s=0.0,
         episode_length_s=max(cfg.task.episode_length_s, seconds + 1.0),
     )
-    task = make_task(task_cfg, num_envs=num_envs, seed=seed)
-    actor = load_actor(cfg, task.obs_dims["policy"], task.action_dim, checkpoint)
+    weights = load_checkpoint(checkpoint)["algo"]["actor"]
+    task, policy = make_task_and_policy(
+        dataclasses.replace(cfg, task=task_cfg), num_envs, seed, weights=weights
+    )
     steps = round(seconds / task.control_dt)
     warmup = round(WARMUP_S / task.control_dt)
     vx = np.zeros((steps, num_envs))
     vel_error = np.zeros((steps, num_envs))
-    falls = 0
-    obs = task.reset()
-    with torch.no_grad():
-        for t in range(steps):
-            action = actor(torch.from_numpy(obs["policy"])).numpy()
-            result = task.step(action)
-            vx[t] = result.extras["base_vx"]
-            vel_error[t] = result.extras["vel_error"]
-            falls += int(result.terminated.sum())
-            obs = result.obs
+    falls = [0]
+
+    def record(info: StepInfo) -> None:
+        vx[info.step - 1] = info.result.extras["base_vx"]
+        vel_error[info.step - 1] = info.result.extras["vel_error"]
+        falls[0] += int(info.result.terminated.sum())
+
+    rollout(task, policy, steps=steps, on_step=record)
     after = np.abs(vx[warmup:] - TARGET_SPEED)
     return {
         "command": [TARGET_SPEED, 0.0, 0.0],
@@ -108,7 +98,7 @@ def evaluate(
         "mean_abs_vx_error_with_warmup": float(np.abs(vx - TARGET_SPEED).mean()),
         "mean_vx": float(vx[warmup:].mean()),
         "mean_planar_vel_error": float(vel_error[warmup:].mean()),
-        "falls": falls,
+        "falls": falls[0],
         "passed": bool(after.mean() <= TARGET_ERROR),
     }
 

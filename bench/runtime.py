@@ -22,12 +22,15 @@ import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
 
-from unilab.algos.base import actor_to_flat, info_fields
+from unilab.algos.build import make_task_and_policy
 from unilab.algos.registry import ALGORITHMS
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.config import compose, to_yaml
+from unilab.runtime.fields import info_fields
+from unilab.runtime.flat_weights import actor_to_flat
 from unilab.runtime.learner_side import LearnerRuntime
 from unilab.tasks.registry import make_task
+from unilab.train.sim_worker import WORKER_TARGET
 
 
 def raw_ceiling(
@@ -57,16 +60,22 @@ def collect(tokens: list[str], seconds: float, learner_sleep_s: float = 0.0) -> 
     import unilab.tasks  # noqa: F401
 
     cfg = compose(tokens)
-    probe = make_task(cfg.task, num_envs=1, seed=0, sim_cfg=cfg.sim)
+    probe, actor = make_task_and_policy(cfg, num_envs=1, seed=0)
     probe.reset()
     cls = ALGORITHMS.get(cfg.algo.name).algo_cls
-    actor = cls.build_actor(cfg.algo, probe.obs_dims, probe.action_dim)
     fields = {
         **cls.chunk_fields(probe.obs_dims, probe.action_dim),
         **info_fields(sorted(probe.reward_weights), sorted(probe.task_metrics())),
     }
     flat = actor_to_flat(actor)
-    runtime = LearnerRuntime(cfg, to_yaml(cfg), fields, flat.size, torch.device("cpu")).start()
+    runtime = LearnerRuntime(
+        cfg,
+        to_yaml(cfg),
+        fields,
+        flat.size,
+        torch.device("cpu"),
+        worker_target=WORKER_TARGET,
+    ).start()
     try:
         runtime.publish(flat)
         for _ in range(3):  # warm-up: workers start, import, build their sims

@@ -1,7 +1,7 @@
 """MLP actor-critic for PPO/APPO: Gaussian actor and value critic, each with its normalizer.
 
-The actor alone is what workers run and what export writes; its `forward` is the
-deterministic path (mean action from raw observations). The critic may read a different
+The actor alone is what workers run and what export writes (a `unilab.runtime.policy.Policy`,
+H = 1); its `forward` is the deterministic path (mean action from raw observations). The critic may read a different
 observation group (`critic`) for an asymmetric setup.
 """
 
@@ -15,9 +15,10 @@ from torch import nn
 
 from unilab.policies.mlp import mlp
 from unilab.policies.normalizer import RunningNormalizer
+from unilab.policies.vector_policy import VectorPolicy
 
 
-class GaussianActor(nn.Module):
+class GaussianActor(VectorPolicy):
     def __init__(
         self,
         obs_dim: int,
@@ -27,6 +28,7 @@ class GaussianActor(nn.Module):
         init_std: float = 1.0,
     ) -> None:
         super().__init__()
+        self.action_dim = action_dim
         self.normalizer = RunningNormalizer(obs_dim)
         self.net = mlp(obs_dim, hidden, action_dim, activation)
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(init_std)))
@@ -47,7 +49,7 @@ class GaussianActor(nn.Module):
         )
 
     @torch.no_grad()
-    def act(
+    def rollout_actions(
         self, obs: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions and their log-probabilities, for rollouts."""

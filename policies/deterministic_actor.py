@@ -1,6 +1,7 @@
 """Deterministic tanh actor for TD3, with its observation normalizer inside.
 
-`forward(obs)` is the export path. `act(obs)` explores as FastTD3 does: each env draws its
+`forward(obs)` is the export path. `act(obs)` (the `Policy` protocol, via
+`rollout_actions`) explores as FastTD3 does: each env draws its
 own noise scale uniformly in [noise_std_min, noise_std_max] and keeps it for a while (it
 is redrawn with probability `noise_resample_prob` per step, about once an episode), adds
 Gaussian noise of that scale to the deterministic action and clips to [-1, 1]. A spread
@@ -16,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from unilab.policies.mlp import mlp
 from unilab.policies.normalizer import RunningNormalizer
+from unilab.policies.vector_policy import VectorPolicy
 
 
-class DeterministicActor(nn.Module):
+class DeterministicActor(VectorPolicy):
     explore_uniform: torch.Tensor
 
     def __init__(
@@ -60,7 +61,7 @@ class DeterministicActor(nn.Module):
         return self.noise_std_min + span * torch.rand(n, 1)
 
     @torch.no_grad()
-    def act(
+    def rollout_actions(
         self, obs: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rollout actions (noisy, or uniform during warm-up); the log-probability is 0."""

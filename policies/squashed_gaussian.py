@@ -2,7 +2,7 @@
 
 `forward(obs)` is the deterministic export path: tanh(mean) from raw observations.
 `sample(obs)` draws reparameterized actions with their log-probabilities under the squashed
-distribution (the learner's path); `act(obs)` is the workers' no-grad sampling path, which
+distribution (the learner's path); `act(obs)` (the `Policy` protocol, via `rollout_actions`) is the workers' no-grad sampling path, which
 draws uniform actions in [-1, 1] instead while the `explore_uniform` buffer is set (the
 learner sets it during warm-up; it travels with the published weights).
 """
@@ -13,16 +13,16 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from unilab.policies.mlp import mlp
 from unilab.policies.normalizer import RunningNormalizer
+from unilab.policies.vector_policy import VectorPolicy
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(VectorPolicy):
     explore_uniform: torch.Tensor
 
     def __init__(
@@ -70,7 +70,7 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(pre), (gauss_logp - log_det).sum(-1)
 
     @torch.no_grad()
-    def act(
+    def rollout_actions(
         self, obs: torch.Tensor, deterministic: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rollout actions and log-probabilities (uniform actions during warm-up)."""

@@ -70,7 +70,7 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from unilab.config.compose import compose
-    from unilab.train import train
+    from unilab.workflows.train import train
 
     tokens = list(args.overrides)
     if args.quiet:

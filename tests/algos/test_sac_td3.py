@@ -162,7 +162,7 @@ def test_parameters_finite_after_100_updates_with_extreme_data(name: str, extra:
     assert algo.grad_steps == 100
     _all_finite(algo)
     obs = 1e6 * torch.randn(64, 6)
-    action, _ = algo.actor.act(obs)
+    action, _ = algo.actor.rollout_actions(obs)
     assert torch.isfinite(action).all() and action.abs().max() <= 1.0
 
 
@@ -187,9 +187,9 @@ def test_state_dict_round_trip_reproduces_actions(name: str) -> None:
     with torch.no_grad():
         assert torch.equal(algo.actor(obs), restored.actor(obs))
         torch.manual_seed(7)
-        sampled, _ = algo.actor.act(obs)
+        sampled, _ = algo.actor.rollout_actions(obs)
         torch.manual_seed(7)
-        sampled_again, _ = restored.actor.act(obs)
+        sampled_again, _ = restored.actor.rollout_actions(obs)
         assert torch.equal(sampled, sampled_again)
         obs_c, act = torch.randn(50, 5), torch.rand(50, 2) * 2 - 1
         assert torch.equal(algo.critic(obs_c, act), restored.critic(obs_c, act))
@@ -212,7 +212,7 @@ def test_uniform_warm_up_then_policy_actions(name: str) -> None:
     worker = type(algo).build_actor(algo.cfg, obs_dims, 1)
     flat_to_actor(worker, actor_to_flat(algo.actor))
     torch.manual_seed(0)
-    action, _ = worker.act(torch.zeros(4000, 4))
+    action, _ = worker.rollout_actions(torch.zeros(4000, 4))
     assert action.min() < -0.95 and action.max() > 0.95  # uniform over [-1, 1]
     assert abs(float(action.mean())) < 0.05
     algo.update(_synthetic_batch(obs_dims, 1, 1.0))
@@ -245,13 +245,13 @@ def test_td3_exploration_noise_uses_per_env_scales_in_range() -> None:
     torch.manual_seed(0)
     actor = DeterministicActor(3, 2, hidden=(16,), noise_std_min=0.05, noise_std_max=0.3)
     obs = torch.randn(500, 3)
-    action, logp = actor.act(obs)
+    action, logp = actor.rollout_actions(obs)
     assert action.abs().max() <= 1.0 and torch.equal(logp, torch.zeros(500))
     assert actor._noise_std is not None
     stds = actor._noise_std.squeeze(1)
     assert stds.min() >= 0.05 and stds.max() <= 0.3 and stds.std() > 0.05
     still = DeterministicActor(3, 2, hidden=(16,), noise_std_min=0.0, noise_std_max=0.0)
-    assert torch.equal(still.act(obs)[0], still(obs))
+    assert torch.equal(still.rollout_actions(obs)[0], still(obs))
     with pytest.raises(ValueError, match="noise_std_min <= noise_std_max"):
         DeterministicActor(3, 2, noise_std_min=0.5, noise_std_max=0.1)
 

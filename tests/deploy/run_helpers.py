@@ -14,7 +14,7 @@ from unilab.config.compose import to_yaml
 from unilab.runtime.rollout import collect_chunk, start_rollout
 from unilab.tasks.registry import make_task
 from unilab.train.checkpoint import rng_state, save_checkpoint
-from unilab.utils.run_dir import RunDir, new_run_dir
+from unilab.train.run_dir import RunDir, new_run_dir
 
 CARTPOLE = ["task=cartpole_balance", "algo=ppo", "algo.actor_hidden=[64,64]"]
 

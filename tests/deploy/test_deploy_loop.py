@@ -25,8 +25,9 @@ from unilab.deploy.loop import (
 from unilab.deploy.onnx_policy import OnnxPolicy
 from unilab.deploy.play import play
 from unilab.deploy.policy_source import load_policy
+from unilab.deploy.sim_robot import SimRobot
 from unilab.deploy.sim_task import configs_for_policy
-from unilab.robots.interface import Robot, SimRobot
+from unilab.robots.interface import Robot
 
 
 def _robot(policy: OnnxPolicy, seed: int) -> SimRobot:

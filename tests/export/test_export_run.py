@@ -53,7 +53,7 @@ def test_export_run_writes_onnx_torchscript_and_metadata(run_dir: Path) -> None:
     newest = list_checkpoints(run_dir / "checkpoints")[-1]
     actor = _actor_from(newest)
     policy = OnnxPolicy(paths["onnx"])
-    obs = probe_observations(actor, 1000, seed=3)
+    obs = probe_observations(actor, {"policy": 5}, 1000, seed=3)["policy"]
     with torch.no_grad():
         expected = actor(torch.from_numpy(obs)).numpy()
     assert np.max(np.abs(policy(obs) - expected)) <= 1e-5

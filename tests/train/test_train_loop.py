@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from unilab.config import compose
-from unilab.train import train
+from unilab.data.store import EpisodeStore
+from unilab.train import IterationInfo, Runner, RunResult, TrainHook, train
 from unilab.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from unilab.utils.metrics import read_metrics
+from unilab.workflows.train import train as train_with_tools
 
 SMALL = [
     "sim.num_envs=16",
@@ -41,7 +43,7 @@ def test_ppo_learns_cartpole_through_the_runtime(tmp_path: Path) -> None:
             f"run.out_dir={tmp_path}",
         ]
     )
-    run = train(cfg)
+    run = train_with_tools(cfg)
     rows = read_metrics(run.metrics)
     first = next(r["train/mean_return"] for r in rows if r["train/mean_return"] is not None)
     last = rows[-1]["train/mean_return"]
@@ -117,7 +119,34 @@ def test_async_mode_respects_max_staleness(tmp_path: Path) -> None:
     assert all(np.isfinite(r["algo/policy_loss"]) for r in rows)
 
 
-def test_pinned_run_with_training_time_rerun_recordings(tmp_path: Path) -> None:
+class CountingHook(TrainHook):
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.checkpoints: list[int] = []
+
+    def on_start(self, runner: Runner) -> None:
+        self.calls.append("start")
+        torch.rand(1000)  # hooks must not move the learner's random streams
+
+    def on_iteration(self, runner: Runner, it: IterationInfo) -> None:
+        self.calls.append(f"iteration {it.iteration}")
+        assert it.host_batch is runner.runtime.host_batch if runner.runtime else False
+        it.log["custom/iteration_twice"] = 2.0 * it.iteration
+
+    def on_checkpoint(self, runner: Runner, path: Path) -> None:
+        self.checkpoints.append(load_checkpoint(path)["iteration"])
+
+    def on_end(self, runner: Runner, result: RunResult) -> None:
+        self.calls.append(f"end {result.stop_reason} {result.iterations}")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_hooks_carry_recording_rerun_and_mid_run_evaluation(tmp_path: Path) -> None:
+    """One pinned run with every standard hook attached (plus a custom one)."""
     cfg = compose(
         [
             *SMALL,
@@ -125,12 +154,43 @@ def test_pinned_run_with_training_time_rerun_recordings(tmp_path: Path) -> None:
             "viz.rerun=true",
             "viz.every=2",
             "viz.steps=20",
+            "eval.every=2",
+            "eval.episodes=3",
+            f"logging.record_store={tmp_path / 'store'}",
+            "run.checkpoint_every=3",
             "run.total_env_steps=1024",
             f"run.out_dir={tmp_path}",
         ]
     )
-    run = train(cfg)
+    counting = CountingHook()
+    run = train_with_tools(cfg, hooks=[counting])
     recordings = sorted(p.name for p in run.media.glob("train_*.rrd"))
     assert recordings == ["train_000000002.rrd", "train_000000004.rrd"]
     summary = json.loads((run.path / "summary.json").read_text())
-    assert summary["profile_s"]["viz"] > 0
+    assert summary["profile_s"]["viz"] > 0 and summary["profile_s"]["eval"] > 0
+    rows = read_metrics(run.metrics)
+    evals = [r for r in rows if "eval/return_mean" in r]
+    assert [r["train/iteration"] for r in evals] == [2, 4]
+    assert all(r["eval/length_mean"] > 0 and np.isfinite(r["eval/return_mean"]) for r in evals)
+    assert [r["custom/iteration_twice"] for r in rows] == [2.0, 4.0, 6.0, 8.0]
+    assert counting.calls == [
+        "start",
+        *[f"iteration {i}" for i in (1, 2, 3, 4)],
+        "end budget 4",
+        "close",
+    ]
+    assert counting.checkpoints == [3, 4]  # every 3 iterations, and the final one
+    store = EpisodeStore.open(tmp_path / "store")
+    assert len(store) >= 1  # whole cart-pole episodes recorded out of the batches
+
+
+def test_hooks_leave_the_learners_random_streams_alone(tmp_path: Path) -> None:
+    import random
+
+    runner = Runner(compose([*SMALL, f"run.out_dir={tmp_path}"]))  # built, not started
+    states = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    with runner._hook_section(CountingHook()):
+        torch.rand(10), np.random.rand(10), random.random()
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert np.array_equal(np.random.get_state()[1], states[1])
+    assert random.getstate() == states[2]

@@ -5,8 +5,7 @@ import time
 import pytest
 import torch
 
-from unilab.config.errors import ConfigError
-from unilab.utils.device import available_devices, select_device
+from unilab.utils.device import DeviceError, available_devices, select_device
 from unilab.utils.profiler import Profiler
 
 
@@ -25,13 +24,13 @@ def test_cpu_is_always_available() -> None:
 
 def test_absent_device_names_what_exists() -> None:
     absent = "cuda:63"
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(DeviceError) as err:
         select_device(absent)
     assert "not present" in str(err.value) and "cpu" in str(err.value)
 
 
 def test_nonsense_device_lists_valid_names() -> None:
-    with pytest.raises(ConfigError, match="valid: auto, cpu"):
+    with pytest.raises(DeviceError, match="valid: auto, cpu"):
         select_device("gpu-please")
 
 

@@ -18,7 +18,7 @@ from unilab.algos.registry import ALGORITHMS
 from unilab.config import compose
 from unilab.config.compose import to_yaml
 from unilab.train.checkpoint import rng_state, save_checkpoint
-from unilab.utils.run_dir import new_run_dir
+from unilab.train.run_dir import new_run_dir
 from unilab.viz.video import read_video
 
 

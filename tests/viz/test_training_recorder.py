@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from rerun.chunk import RrdReader
 
-from unilab.algos.registry import ALGORITHMS
 from unilab.config import compose
+from unilab.train import Runner
 from unilab.viz.training_recorder import TrainingRecorder
 
 
 def test_records_every_k_iterations_with_one_tree_per_env(tmp_path: Path) -> None:
-    cfg = compose(["task=cartpole_balance", "algo=ppo", "algo.actor_hidden=[16]"])
-    recorder = TrainingRecorder(cfg, tmp_path, every=5, steps=20, num_envs=2)
-    algo = ALGORITHMS.get("ppo").algo_cls(cfg.algo, {"policy": 5}, 1, torch.device("cpu"))
-    written = [recorder.maybe_record(i, algo.actor) for i in range(1, 11)]
+    cfg = compose(
+        ["task=cartpole_balance", "algo=ppo", "algo.actor_hidden=[16]", f"run.out_dir={tmp_path}"]
+    )
+    recorder = TrainingRecorder(tmp_path, every=5, steps=20, num_envs=2)
+    runner = Runner(cfg, [recorder])  # built, not started: no worker runs here
+    recorder.on_start(runner)
+    written = [recorder.maybe_record(i, runner.policy) for i in range(1, 11)]
     assert [p is not None for p in written] == [i % 5 == 0 for i in range(1, 11)]
     assert recorder.recordings == [
         tmp_path / "train_000000005.rrd",

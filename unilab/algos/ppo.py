@@ -77,7 +77,7 @@ class PPO(Algorithm):
         self.lr = cfg.lr
 
     @staticmethod
-    def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> nn.Module:
+    def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> GaussianActor:
         return GaussianActor(
             obs_dims["policy"], action_dim, cfg.actor_hidden, cfg.activation, cfg.init_std
         )

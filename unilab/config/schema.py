@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from unilab.sim.randomization import DomainRandomization
+from unilab.config.randomization import DomainRandomization
 
 DEFAULT_TASK = "cartpole_balance"
 
@@ -100,6 +100,16 @@ class VizConfig:
 
 
 @dataclass
+class EvalConfig:
+    every: int = 0
+    """During training, evaluate the current policy every N learner iterations (0: never)."""
+    episodes: int = 16
+    """Episodes per evaluation: one per env, deterministic actions, the same start states."""
+    seed: int = 12345
+    """Seed of the evaluation task (apart from the training envs)."""
+
+
+@dataclass
 class TaskConfig:
     name: str = DEFAULT_TASK
     """Registered task name (`unilab list tasks`)."""
@@ -130,8 +140,9 @@ class Config:
     algo: Any = field(default_factory=AlgoConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     viz: VizConfig = field(default_factory=VizConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     device: str = "auto"
     """Learner device: auto (CUDA/ROCm, then MPS, then XPU, else CPU), cpu, cuda, cuda:N, mps, xpu."""
 
 
-SECTIONS = ("run", "sim", "task", "runtime", "algo", "logging", "viz")
+SECTIONS = ("run", "sim", "task", "runtime", "algo", "logging", "viz", "eval")

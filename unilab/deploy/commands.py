@@ -172,8 +172,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from unilab.deploy.loop import EXIT_SAFETY_STOP, run_deploy
     from unilab.deploy.onnx_policy import OnnxPolicy
+    from unilab.deploy.sim_robot import SimRobot
     from unilab.export.metadata import MetadataError
-    from unilab.robots.interface import SimRobot
 
     if not args.target or not args.target.endswith(".onnx"):
         raise ConfigError("unilab deploy needs an exported policy.onnx (torch is not used here)")

@@ -36,9 +36,10 @@ import numpy as np
 
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.policy_source import LoadedPolicy, baseline_policy
+from unilab.runtime.rollout import SUCCESS_METRIC, rollout
 
 SCHEMA = "unilab.eval/1"
-SUCCESS_METRIC = "success"
+__all__ = ["SCHEMA", "SUCCESS_METRIC", "EvalSchemaError", "evaluate", "validate_report"]
 
 
 class EvalSchemaError(ValueError):
@@ -64,32 +65,17 @@ def evaluate(
     rows: list[dict[str, Any]] = []
     has_success = False
     for seed in seeds:
-        fn = baseline_policy(kind, policy, seed).fn
+        chosen = baseline_policy(kind, policy, seed).policy
         task = make_task(task_cfg, num_envs=episodes, seed=int(seed), sim_cfg=sim_cfg)
-        group = policy.metadata.obs_group
-        obs = task.reset()
-        finished = np.zeros(episodes, dtype=bool)
-        guard = task.max_episode_steps + 1
-        for _ in range(guard):
-            out = task.step(np.asarray(fn(obs[group]), dtype=np.float32))
-            obs = out.obs
-            ended = (out.terminated | out.truncated) & ~finished
-            success = out.extras.get(SUCCESS_METRIC)
-            has_success = has_success or success is not None
-            for env in np.flatnonzero(ended):
-                rows.append(
-                    {
-                        "seed": int(seed),
-                        "env": int(env),
-                        "return": float(out.episode_return[env]),
-                        "length": int(out.episode_length[env]),
-                        "success": None if success is None else bool(success[env] > 0.5),
-                        "reasons": sorted(k for k, v in out.reasons.items() if v[env]),
-                    }
-                )
-            finished |= ended
-            if finished.all():
-                break
+        result = rollout(
+            task,
+            chosen,
+            episodes=episodes,
+            one_per_env=True,
+            steps=task.max_episode_steps + 1,
+        )
+        has_success = has_success or result.has_success
+        rows.extend({"seed": int(seed), **e.to_dict()} for e in result.episodes)
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "task": task_cfg.name,

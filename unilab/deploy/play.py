@@ -20,6 +20,7 @@ import numpy as np
 
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.policy_source import LoadedPolicy
+from unilab.runtime.rollout import StepInfo, rollout
 from unilab.tasks.base import Task
 from unilab.viz.recorder import RolloutRecorder
 from unilab.viz.video import Mp4Writer, RenderUnavailableError, SceneCamera, jpeg
@@ -82,11 +83,13 @@ def play(
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     meta = policy.metadata
-    if task.obs_dims.get(meta.obs_group) != meta.obs_dim or task.action_dim != meta.action_dim:
+    widths = {g: meta.obs_dims[g] for g in policy.policy.obs_groups}
+    if any(task.obs_dims.get(g) != d for g, d in widths.items()) or (
+        task.action_dim != meta.action_dim
+    ):
         raise ValueError(
-            f"policy expects {meta.obs_group} observations of width {meta.obs_dim} and "
-            f"{meta.action_dim} actions; task {task_cfg.name!r} has {task.obs_dims} and "
-            f"{task.action_dim}"
+            f"policy expects observations {widths} and {meta.action_dim} actions; task "
+            f"{task_cfg.name!r} has {task.obs_dims} and {task.action_dim}"
         )
     media_dir.mkdir(parents=True, exist_ok=True)
     result = PlayResult(task_cfg.name, policy.kind, policy.source, seed, envs, 0, [])
@@ -113,33 +116,26 @@ def play(
             meta={"task": task_cfg.name, "robot": task.robot.name, "seed": seed},
         )
     obs = task.reset()
-    episode_of_env0 = 0
     film.capture()
     if recorder is not None:
-        _record(recorder, task, 0, None, None, episode_of_env0, film.camera_images())
-    step = 0
-    while len(result.episodes) < episodes and step < limit:
-        actions = np.asarray(policy.fn(obs[meta.obs_group]), dtype=np.float32)
-        out = task.step(actions)
+        _record(recorder, task, 0, None, None, 0, film.camera_images())
+    env0_episode = [0]
+
+    def on_step(info: StepInfo) -> None:
+        out = info.result
         if store is not None:
-            store.add(obs, actions, out.reward, out.terminated, out.truncated)
-        step += 1
-        obs = out.obs
+            store.add(info.obs, info.actions, out.reward, out.terminated, out.truncated)
         film.capture()
         if recorder is not None:
             terms = {k: float(v[0]) for k, v in out.reward_terms.items()}
-            _record(recorder, task, step, actions[0], terms, episode_of_env0, film.camera_images())
-        for env in np.flatnonzero(out.terminated | out.truncated):
-            result.episodes.append(
-                {
-                    "env": int(env),
-                    "return": float(out.episode_return[env]),
-                    "length": int(out.episode_length[env]),
-                    "reasons": sorted(k for k, v in out.reasons.items() if v[env]),
-                }
-            )
-            if env == 0:
-                episode_of_env0 += 1
+            images = film.camera_images()
+            _record(recorder, task, info.step, info.actions[0], terms, env0_episode[0], images)
+        if out.terminated[0] or out.truncated[0]:
+            env0_episode[0] += 1
+
+    ran = rollout(task, policy.policy, steps=limit, episodes=episodes, on_step=on_step, obs=obs)
+    result.episodes = [e.to_dict() for e in ran.episodes]
+    step = ran.steps
     result.steps = step
     if store is not None:
         result.recorded_episodes = store.close()

@@ -1,21 +1,22 @@
 """Where `play` and `eval` get a policy: a run directory (torch, newest good checkpoint),
 an exported `.onnx` (onnxruntime), or a baseline (zero or uniform random actions).
 
-Every policy is a numpy function from (n, obs_dim) float32 observations to (n, action_dim)
-float32 actions, deterministic except for the random baseline.
+Every one is a `unilab.runtime.policy.Policy[numpy.ndarray]` (numpy observation groups in,
+an action chunk out), deterministic except for the random baseline, and runs through
+`unilab.runtime.rollout.rollout`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from unilab.export.metadata import PolicyMetadata
+from unilab.runtime.policy import ActionChunk, Policy
 
-PolicyFn = Callable[[np.ndarray], np.ndarray]
 POLICY_KINDS = ("trained", "zero", "random")
 
 
@@ -25,7 +26,7 @@ class PolicyLoadError(ValueError):
 
 @dataclass
 class LoadedPolicy:
-    fn: PolicyFn
+    policy: Policy[np.ndarray]
     metadata: PolicyMetadata
     source: str
     """What was loaded: the checkpoint or ONNX file."""
@@ -60,22 +61,46 @@ def _onnx(path: Path) -> LoadedPolicy:
 
 
 def _checkpoint(run_dir: Path) -> LoadedPolicy:
-    import torch
-
     from unilab.export.run_policy import RunDirError, load_run_policy
+    from unilab.runtime.torch_policy import NumpyPolicy
 
     try:
         run = load_run_policy(run_dir)
     except RunDirError as exc:
         raise PolicyLoadError(str(exc)) from None
-    actor = run.actor
+    return LoadedPolicy(NumpyPolicy(run.actor), run.metadata, str(run.checkpoint))
 
-    def fn(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            out: np.ndarray = actor(torch.from_numpy(np.asarray(obs, np.float32))).numpy()
-        return out
 
-    return LoadedPolicy(fn, run.metadata, str(run.checkpoint))
+class ConstantBaseline:
+    """`Policy[np.ndarray]`: zero actions, or uniform in ±`clip` (seeded) when `random`."""
+
+    action_horizon = 1
+
+    def __init__(self, meta: PolicyMetadata, random: bool, seed: int = 0) -> None:
+        self.meta = meta
+        self.random = random
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def obs_groups(self) -> tuple[str, ...]:
+        return (self.meta.obs_group,)
+
+    @property
+    def action_dim(self) -> int:
+        return self.meta.action_dim
+
+    def act_inference(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        n = len(obs[self.meta.obs_group])
+        shape = (n, 1, self.meta.action_dim)
+        if not self.random:
+            return np.zeros(shape, np.float32)
+        clip = self.meta.action_clip
+        return self.rng.uniform(-clip, clip, shape).astype(np.float32)
+
+    def act(
+        self, obs: Mapping[str, np.ndarray], deterministic: bool = False
+    ) -> ActionChunk[np.ndarray]:
+        return ActionChunk(self.act_inference(obs))
 
 
 def baseline_policy(kind: str, base: LoadedPolicy, seed: int = 0) -> LoadedPolicy:
@@ -83,18 +108,6 @@ def baseline_policy(kind: str, base: LoadedPolicy, seed: int = 0) -> LoadedPolic
     meta = base.metadata
     if kind == "trained":
         return base
-    if kind == "zero":
-
-        def zero(obs: np.ndarray) -> np.ndarray:
-            return np.zeros((obs.shape[0], meta.action_dim), np.float32)
-
-        return LoadedPolicy(zero, meta, base.source, "zero")
-    if kind == "random":
-        rng = np.random.default_rng(seed)
-        clip = meta.action_clip
-
-        def random(obs: np.ndarray) -> np.ndarray:
-            return rng.uniform(-clip, clip, (obs.shape[0], meta.action_dim)).astype(np.float32)
-
-        return LoadedPolicy(random, meta, base.source, "random")
+    if kind in ("zero", "random"):
+        return LoadedPolicy(ConstantBaseline(meta, kind == "random", seed), meta, base.source, kind)
     raise PolicyLoadError(f"unknown policy kind {kind!r}; choose one of {', '.join(POLICY_KINDS)}")

@@ -49,6 +49,12 @@ class PolicyMetadata:
     """Observation groups and their widths; the network reads `obs_group`."""
     action_dim: int
     obs_group: str = "policy"
+    input_groups: dict[str, str] = field(default_factory=dict)
+    """Graph input name -> the observation group it takes; empty (files written before it
+    existed) means one input `obs` taking `obs_group`."""
+    action_horizon: int = 1
+    """H, actions per chunk. The graph's `actions` output is (batch, action_dim) for H = 1
+    and (batch, H, action_dim) for H > 1."""
     obs_names: dict[str, list[str]] = field(default_factory=dict)
     """Per group, the name of each observation entry, where the task provides them."""
     task_config: dict[str, Any] = field(default_factory=dict)
@@ -62,6 +68,11 @@ class PolicyMetadata:
     @property
     def obs_dim(self) -> int:
         return self.obs_dims[self.obs_group]
+
+    @property
+    def graph_inputs(self) -> dict[str, str]:
+        """Graph input name -> observation group, in input order."""
+        return dict(self.input_groups) or {INPUT_NAME: self.obs_group}
 
     def to_props(self) -> dict[str, str]:
         """One JSON string per field, for ONNX metadata_props."""
@@ -96,6 +107,14 @@ class PolicyMetadata:
             raise MetadataError(
                 f"{source}: obs_group {meta.obs_group!r} is not among obs_dims {meta.obs_dims}"
             )
+        unknown = sorted(set(meta.graph_inputs.values()) - set(meta.obs_dims))
+        if unknown:
+            raise MetadataError(
+                f"{source}: input_groups name groups {unknown} that are not among obs_dims "
+                f"{sorted(meta.obs_dims)}"
+            )
+        if meta.action_horizon < 1:
+            raise MetadataError(f"{source}: action_horizon {meta.action_horizon} must be >= 1")
         return meta
 
     def to_json(self) -> str:

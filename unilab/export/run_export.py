@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from unilab.export.onnx_export import ExportError, export_onnx, onnx_max_abs_diff
 from unilab.export.run_policy import load_run_policy
 from unilab.export.torchscript_export import export_torchscript
+from unilab.runtime.torch_policy import PolicyModule
 
 TOLERANCE = 1e-4
 ONNX_NAME = "policy.onnx"
@@ -33,7 +33,8 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     meta = policy.metadata
     onnx_path = export_onnx(policy.actor, meta, out / ONNX_NAME)
-    diff = onnx_max_abs_diff(onnx_path, policy.actor, probe_observations(policy.actor, 256))
+    probe = probe_observations(policy.actor, meta.obs_dims, 256)
+    diff = onnx_max_abs_diff(onnx_path, policy.actor, probe, meta)
     if not diff <= TOLERANCE:
         raise ExportError(
             f"{onnx_path}: onnxruntime and torch disagree by {diff:.3g} (> {TOLERANCE}) on "
@@ -45,15 +46,20 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
     return {"onnx": onnx_path, "torchscript": ts_path, "metadata": meta_path}
 
 
-def probe_observations(actor: torch.nn.Module, n: int, seed: int = 0) -> np.ndarray:
-    """Observations drawn around the actor's normalizer statistics (3 std wide), or
-    standard normal where it has none."""
+def probe_observations(
+    policy: PolicyModule, obs_dims: dict[str, int], n: int, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Observations for each group the policy reads: drawn around the policy's normalizer
+    statistics (3 std wide) for a single-group policy that has one, else standard normal."""
     rng = np.random.default_rng(seed)
-    norm = getattr(actor, "normalizer", None)
-    if norm is not None:
-        mean = norm.mean.detach().cpu().numpy()
-        std = np.sqrt(norm.var.detach().cpu().numpy())
-    else:
-        first = next(m for m in actor.modules() if isinstance(m, torch.nn.Linear))
-        mean, std = np.zeros(first.in_features), np.ones(first.in_features)
-    return (mean + 3.0 * std * rng.standard_normal((n, mean.shape[0]))).astype(np.float32)
+    groups = list(policy.obs_groups)
+    norm = getattr(policy, "normalizer", None)
+    out: dict[str, np.ndarray] = {}
+    for group in groups:
+        if norm is not None and len(groups) == 1:
+            mean = norm.mean.detach().cpu().numpy()
+            std = np.sqrt(norm.var.detach().cpu().numpy())
+        else:
+            mean, std = np.zeros(obs_dims[group]), np.ones(obs_dims[group])
+        out[group] = (mean + 3.0 * std * rng.standard_normal((n, mean.shape[0]))).astype(np.float32)
+    return out

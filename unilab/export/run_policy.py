@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import OmegaConf
-from torch import nn
 
 import unilab
 from unilab.config.compose import config_from_yaml
 from unilab.config.schema import Config
 from unilab.export.metadata import PolicyMetadata
+from unilab.runtime.torch_policy import PolicyModule
 from unilab.tasks.base import Task
-from unilab.train.checkpoint import CheckpointError, load_latest_good
+from unilab.utils.checkpoint import CheckpointError, load_latest_good
 
 
 class RunDirError(ValueError):
@@ -29,8 +28,8 @@ class RunDirError(ValueError):
 
 @dataclass
 class RunPolicy:
-    actor: nn.Module
-    """The actor in eval mode on the CPU; `actor(obs)` is the deterministic action."""
+    actor: PolicyModule
+    """The policy in eval mode on the CPU; `actor.act_inference(obs)` is what export writes."""
     config: Config
     metadata: PolicyMetadata
     checkpoint: Path
@@ -39,9 +38,8 @@ class RunPolicy:
 
 
 def load_run_policy(run_dir: Path) -> RunPolicy:
-    import unilab.algos
-    import unilab.tasks  # noqa: F401  (registers every task and algorithm)
-    from unilab.algos.registry import ALGORITHMS
+    import unilab.tasks  # noqa: F401  (registers every task)
+    from unilab.algos.build import build_policy
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -52,16 +50,16 @@ def load_run_policy(run_dir: Path) -> RunPolicy:
         raise RunDirError(f"{run_dir} has no usable checkpoint: {exc}") from None
     cfg = config_from_yaml(str(state["config"]))
     task = make_probe_task(cfg)
-    entry = ALGORITHMS.get(cfg.algo.name)
-    actor = entry.algo_cls.build_actor(cfg.algo, task.obs_dims, task.action_dim)
-    actor.load_state_dict(state["algo"]["actor"])
-    actor.eval()
+    try:
+        actor = build_policy(cfg.algo, task, weights=state["algo"]["actor"])
+    except ValueError as exc:
+        raise RunDirError(f"{path}: {exc}") from None
     checkpoint = {
         "file": path.name,
         "iteration": int(state["iteration"]),
         "env_steps": int(state["env_steps"]),
     }
-    meta = policy_metadata(task, cfg, checkpoint)
+    meta = policy_metadata(task, cfg, checkpoint, actor)
     return RunPolicy(actor, cfg, meta, path, skipped)
 
 
@@ -71,8 +69,14 @@ def make_probe_task(cfg: Config) -> Task:
     return make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
 
 
-def policy_metadata(task: Task, cfg: Config, checkpoint: dict[str, Any]) -> PolicyMetadata:
-    """Export metadata from a live task (its `metadata()` plus the robot spec's limits)."""
+def policy_metadata(
+    task: Task, cfg: Config, checkpoint: dict[str, Any], policy: PolicyModule | None = None
+) -> PolicyMetadata:
+    """Export metadata from a live task (its `metadata()` plus the robot spec's limits) and
+    the policy's graph signature (its observation groups and chunk length)."""
+    from unilab.export.onnx_export import graph_input_names
+
+    groups = policy.obs_groups if policy is not None else ("policy",)
     base = task.metadata()
     spec = task.robot
     names = getattr(task, "obs_names", None)
@@ -93,6 +97,9 @@ def policy_metadata(task: Task, cfg: Config, checkpoint: dict[str, Any]) -> Poli
         joint_upper=[float(x) for x in spec.joint_upper],
         obs_dims={str(k): int(v) for k, v in base["obs_dims"].items()},
         action_dim=int(task.action_dim),
+        obs_group=groups[0] if len(groups) == 1 else "policy",
+        input_groups=graph_input_names(groups),
+        action_horizon=int(policy.action_horizon) if policy is not None else 1,
         obs_names={str(k): [str(n) for n in v] for k, v in (obs_names or {}).items()},
         task_config=_plain(cfg.task),
         sim_config=_plain(cfg.sim),
@@ -105,7 +112,3 @@ def _plain(section: Any) -> dict[str, Any]:
     container = OmegaConf.to_container(OmegaConf.structured(section), resolve=True)
     assert isinstance(container, dict)
     return {str(k): v for k, v in container.items()}
-
-
-def example_input(meta: PolicyMetadata, batch: int = 2) -> torch.Tensor:
-    return torch.zeros(batch, meta.obs_dim, dtype=torch.float32)

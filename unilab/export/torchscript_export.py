@@ -1,4 +1,5 @@
-"""Actor → TorchScript (`torch.jit.trace`), with the export metadata as an extra file.
+"""Policy → TorchScript (`torch.jit.trace` of its deterministic path, the same graph inputs and
+output as the ONNX file), with the export metadata as an extra file.
 
 Read it back with `torch.jit.load(path, _extra_files={"metadata.json": ""})`. torch marks
 `torch.jit` as deprecated in favour of `torch.export`; tracing a plain MLP still works in
@@ -11,21 +12,22 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from unilab.export.metadata import PolicyMetadata
+from unilab.export.onnx_export import ExportGraph, example_inputs
+from unilab.runtime.torch_policy import PolicyModule
 
 METADATA_FILE = "metadata.json"
 
 
-def export_torchscript(actor: nn.Module, meta: PolicyMetadata, path: Path) -> Path:
+def export_torchscript(policy: PolicyModule, meta: PolicyMetadata, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    actor = actor.to("cpu").eval()
-    example = torch.zeros(2, meta.obs_dim, dtype=torch.float32)
+    policy = policy.to("cpu").eval()
+    graph = ExportGraph(policy, list(meta.graph_inputs.values())).eval()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)
-        traced = torch.jit.trace(actor, (example,))
+        traced = torch.jit.trace(graph, example_inputs(meta))
         torch.jit.save(traced, str(path), _extra_files={METADATA_FILE: meta.to_json()})
     return path
 

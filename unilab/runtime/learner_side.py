@@ -6,6 +6,14 @@ back, then moves the batch to the learner device (pinned memory and a non-blocki
 CUDA). In sync mode a batch is one chunk from every worker made by the current policy; in
 async mode it is the next `num_workers` chunks, with chunks older than `max_staleness`
 policy versions dropped and counted.
+
+Chunks come from `source`. By default that is a shared-memory `RingBuffer` built here,
+written by `runtime.num_workers` local worker processes that a `Supervisor` runs; they run
+`worker_target` ("module:function"; the train layer's `unilab.train.sim_worker:sim_worker_main`
+composes task and policy). A `ChunkSource` passed in instead (e.g. Ray actors on other
+hosts) brings its own producers: no local worker starts, supervisor events are empty, and
+its `close()` (if any) runs at `close()`. The source's slots must be laid out as the
+default ring's (`num_workers` blocks of envs_per_worker envs, `chunk_len` steps).
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unilab.algos.base import FieldSpecs
 from unilab.config.schema import Config
+from unilab.runtime.fields import FieldSpecs
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
+from unilab.runtime.source import ChunkSource
 from unilab.runtime.supervisor import Supervisor, WorkerEvent
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_stats import WorkerStats
@@ -65,6 +74,9 @@ class LearnerRuntime:
         state_dir: Path | None = None,
         save_state_every: int = 0,
         restore_chunk: int | None = None,
+        *,
+        worker_target: str,
+        source: ChunkSource | None = None,
     ) -> None:
         rt = cfg.runtime
         self.cfg = cfg
@@ -76,16 +88,23 @@ class LearnerRuntime:
         self.wait_timeout_s = rt.wait_timeout_s
         self.owner = SegmentOwner()
         spec = {name: (shape, np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
-        self.ring = RingBuffer(
-            spec,
-            rt.num_workers,
-            self.envs_per_worker,
-            rt.chunk_len,
-            rt.slots_per_worker,
-            owner=self.owner,
-        )
+        self.local_workers = source is None
+        if source is None:
+            source = RingBuffer(
+                spec,
+                rt.num_workers,
+                self.envs_per_worker,
+                rt.chunk_len,
+                rt.slots_per_worker,
+                owner=self.owner,
+            )
+        self.source: ChunkSource = source
+        """Where chunks come from; the learner reads nothing else."""
+        self.chunk_len = int(rt.chunk_len)
         self.weights = WeightStore.create(self.owner, actor_floats)
         self.stats = WorkerStats.create(self.owner, rt.num_workers)
+        # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
+        self.cores = sorted(os.sched_getaffinity(0))
         worker_config = {
             "config_yaml": config_yaml,
             "stats": {
@@ -96,19 +115,21 @@ class LearnerRuntime:
             "state_dir": str(state_dir) if state_dir else None,
             "save_state_every": save_state_every,
             "restore_chunk": restore_chunk,
-            # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
-            "cores": sorted(os.sched_getaffinity(0)),
+            "cores": self.cores,
         }
-        self.supervisor = Supervisor(
-            "unilab.runtime.sim_worker:sim_worker_main",
-            rt.num_workers,
-            owner=self.owner,
-            ring=self.ring,
-            weights=self.weights,
-            config=worker_config,
-            seed=cfg.run.seed,
-            hang_timeout_s=rt.hang_timeout_s,
-        )
+        self.supervisor: Supervisor | None = None
+        """Runs the local workers; None when an injected source brings its own producers."""
+        if self.local_workers:
+            self.supervisor = Supervisor(
+                worker_target,
+                rt.num_workers,
+                owner=self.owner,
+                ring=source if isinstance(source, RingBuffer) else None,
+                weights=self.weights,
+                config=worker_config,
+                seed=cfg.run.seed,
+                hang_timeout_s=rt.hang_timeout_s,
+            )
         batch_envs = self.envs_per_worker * rt.num_workers
         pin = device.type == "cuda"
         self._staging = {
@@ -117,7 +138,11 @@ class LearnerRuntime:
             )
             for name, (shape, dtype) in fields.items()
         }
-        self._staging_np = {name: t.numpy() for name, t in self._staging.items()}
+        self.host_batch: dict[str, np.ndarray] = {
+            name: t.numpy() for name, t in self._staging.items()
+        }
+        """The last batch on the host, field -> (T, B * n_envs, ...) numpy (the staging memory:
+        valid until the next `next_batch`). Recorders and logging read it."""
         self.version = 0
         self.counts: Counter[str] = Counter()
         self.staleness_hist: Counter[int] = Counter()
@@ -125,8 +150,16 @@ class LearnerRuntime:
         self._failures_without_chunk = [0] * rt.num_workers
 
     def start(self) -> LearnerRuntime:
-        self.supervisor.start()
+        if self.supervisor is not None:
+            self.supervisor.start()
         return self
+
+    def supervisor_stats(self) -> dict[str, int]:
+        """Deaths, hangs, restarts, ... of the local workers ({} without them)."""
+        return dict(self.supervisor.stats()) if self.supervisor is not None else {}
+
+    def _errors(self) -> list[str]:
+        return self.supervisor.errors if self.supervisor is not None else []
 
     def publish(self, flat: np.ndarray) -> int:
         self.version = self.weights.publish(flat)
@@ -141,17 +174,17 @@ class LearnerRuntime:
         deadline = time.monotonic() + self.wait_timeout_s
         t0 = time.perf_counter()
         while len(taken) < need:
-            new_events = self.supervisor.poll()
+            new_events = self.supervisor.poll() if self.supervisor is not None else []
             events.extend(new_events)
             self._check_failing(new_events)
-            ready = self.ring.get_ready(timeout=_POLL_S)
+            ready = self.source.get_ready(timeout=_POLL_S)
             if not ready and time.monotonic() > deadline:
                 raise RuntimeStalled(
                     f"no chunk from the workers for {self.wait_timeout_s:.0f} s "
-                    f"(runtime.wait_timeout_s); worker errors: {self.supervisor.errors[-1:] or 'none'}"
+                    f"(runtime.wait_timeout_s); worker errors: {self._errors()[-1:] or 'none'}"
                 )
             for slot in ready:
-                header = self.ring.header(slot)
+                header = self.source.header(slot)
                 self._failures_without_chunk[header.worker_id] = 0
                 staleness = self.version - header.policy_version
                 if self.sync:
@@ -168,7 +201,7 @@ class LearnerRuntime:
                     self.staleness_hist[staleness] += 1
                 else:
                     dropped += 1
-                self.ring.release(slot)
+                self.source.release(slot)
             if ready:
                 deadline = time.monotonic() + self.wait_timeout_s
         self.learner_wait_s += time.perf_counter() - t0
@@ -182,7 +215,7 @@ class LearnerRuntime:
             tensors=tensors,
             policy_versions=versions,
             staleness=[self.version - v for v in versions],
-            env_steps=need * self.envs_per_worker * self.ring.chunk_len,
+            env_steps=need * self.envs_per_worker * self.chunk_len,
             dropped_stale=dropped,
             events=events,
         )
@@ -193,9 +226,8 @@ class LearnerRuntime:
                 if event.kind == "died":
                     self._failures_without_chunk[event.worker_id] += 1
                 if self._failures_without_chunk[event.worker_id] >= MAX_FAILURES_WITHOUT_CHUNK:
-                    last = (
-                        self.supervisor.errors[-1] if self.supervisor.errors else "(no traceback)"
-                    )
+                    errors = self._errors()
+                    last = errors[-1] if errors else "(no traceback)"
                     raise WorkersFailing(
                         f"worker {event.worker_id} failed {MAX_FAILURES_WITHOUT_CHUNK} times "
                         f"without delivering a chunk; last error:\n{last}"
@@ -204,11 +236,16 @@ class LearnerRuntime:
     def _copy_in(self, slot: int, block: int) -> None:
         lo = block * self.envs_per_worker
         hi = lo + self.envs_per_worker
-        for name, array in self.ring.views(slot).items():
-            np.copyto(self._staging_np[name][:, lo:hi], array)
+        for name, array in self.source.views(slot).items():
+            np.copyto(self.host_batch[name][:, lo:hi], array)
 
     def close(self) -> None:
-        self.supervisor.shutdown()
+        if self.supervisor is not None:
+            self.supervisor.shutdown()  # closes the ring it runs
+        else:
+            close = getattr(self.source, "close", None)
+            if callable(close):
+                close()
         self.owner.unlink_all()
 
 

@@ -1,11 +1,17 @@
-"""Fill one chunk of transitions from a task and an actor, in place.
+"""Policies in a task: `rollout` (play, eval, recorders, benches) and `collect_chunk` (workers).
 
-The transition fields (see `unilab.algos.base.transition_fields`), each (T, N, ...):
+Both drive the task through the one policy contract (`unilab.runtime.policy.Policy`) and
+execute action chunks with `ActionQueue`: each env takes `n_act` actions of a chunk before
+the policy plans again for it (MLP actors: H = n_act = 1, a plain step loop).
+
+`collect_chunk` fills the transition fields (see `unilab.runtime.fields.transition_fields`),
+each (T, N, ...):
 
 - `obs_<group>`: observation at step t (after any auto-reset of step t-1);
 - `next_obs_<group>`: observation after step t, *before* auto-reset, so a learner can
   bootstrap time-outs; equal to `obs_<group>[t+1]` wherever the episode goes on;
-- `action`, `logprob`: what the actor did and its log-probability;
+- `action`: what the env executed at step t; `logprob`: the log-probability of the chunk
+  that action belongs to (for H = 1, of the action itself);
 - `reward`, `terminated`, `truncated`: as the task returned them (flags as 0/1 floats);
 - `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere;
 - `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order.
@@ -17,14 +23,154 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-import torch
 
-from unilab.tasks.base import Task
+from unilab.runtime.policy import ActionQueue, Policy
+from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy
+from unilab.tasks.base import StepResult, Task
+
+SUCCESS_METRIC = "success"
+"""The task metric (in `StepResult.extras`) that marks a successful episode at its end."""
+
+AnyPolicy = Policy[np.ndarray] | PolicyModule
 
 
+# -- rollout: a policy for a number of steps or episodes ------------------------------------
+@dataclass
+class StepInfo:
+    """What `on_step` sees after each step."""
+
+    step: int
+    """Steps taken so far, this one included (1 after the first step)."""
+    obs: dict[str, np.ndarray]
+    """The observations the actions were chosen from."""
+    actions: np.ndarray
+    """(N, action_dim) executed at this step."""
+    result: StepResult
+    planned: np.ndarray
+    """(N,) bool: envs for which the policy planned a new chunk at this step."""
+
+
+@dataclass
+class Episode:
+    env: int
+    ret: float
+    length: int
+    reasons: list[str]
+    success: bool | None
+    """The task's `success` metric at the episode's last step; None if it has none."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """{env, return, length, success, reasons}: the eval report's episode row."""
+        return {
+            "env": self.env,
+            "return": self.ret,
+            "length": self.length,
+            "success": self.success,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass
+class RolloutResult:
+    steps: int
+    episodes: list[Episode] = field(default_factory=list)
+    """Counted episodes in the order they ended (env order within a step)."""
+    obs: dict[str, np.ndarray] = field(default_factory=dict)
+    """The observations after the last step (to continue from)."""
+
+    @property
+    def has_success(self) -> bool:
+        return any(e.success is not None for e in self.episodes)
+
+    def success_rate(self) -> float | None:
+        rated = [e.success for e in self.episodes if e.success is not None]
+        return float(np.mean(rated)) if rated else None
+
+    def mean_return(self) -> float | None:
+        return float(np.mean([e.ret for e in self.episodes])) if self.episodes else None
+
+
+def rollout(
+    task: Task,
+    policy: AnyPolicy,
+    *,
+    steps: int | None = None,
+    episodes: int | None = None,
+    one_per_env: bool = False,
+    deterministic: bool = True,
+    n_act: int | None = None,
+    on_step: Callable[[StepInfo], None] | None = None,
+    obs: dict[str, np.ndarray] | None = None,
+) -> RolloutResult:
+    """Run `policy` in `task` until `steps` steps or `episodes` counted episodes, whichever
+    comes first (at least one limit is needed).
+
+    `one_per_env`: count only each env's first episode (envs that finish early run on,
+    uncounted, so short episodes are not over-represented: the eval protocol). `obs`: start
+    from these observations instead of `task.reset()`. `n_act`: actions executed per chunk
+    (default: all H of them).
+    """
+    if steps is None and episodes is None:
+        raise ValueError("rollout needs a limit: steps=..., episodes=... or both")
+    if steps is not None and steps < 0:
+        raise ValueError(f"steps={steps} must be >= 0")
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"episodes={episodes} must be at least 1")
+    if one_per_env and episodes is not None and episodes > task.num_envs:
+        raise ValueError(
+            f"episodes={episodes} with one episode per env needs at least that many envs "
+            f"(the task has {task.num_envs})"
+        )
+    numpy_policy = as_numpy_policy(policy)
+    _check_shapes(task, numpy_policy)
+    queue = ActionQueue(task.num_envs, task.action_dim, n_act or numpy_policy.action_horizon)
+    obs = task.reset() if obs is None else obs
+    result = RolloutResult(0)
+    counted = np.zeros(task.num_envs, dtype=bool)
+    step = 0
+    while (steps is None or step < steps) and (episodes is None or len(result.episodes) < episodes):
+        current = obs
+        actions = queue.next(numpy_policy, current, deterministic)
+        out = task.step(actions)
+        step += 1
+        ended = out.terminated | out.truncated
+        queue.episodes_ended(ended)
+        success = out.extras.get(SUCCESS_METRIC)
+        for env in np.flatnonzero(ended & ~counted if one_per_env else ended):
+            result.episodes.append(
+                Episode(
+                    env=int(env),
+                    ret=float(out.episode_return[env]),
+                    length=int(out.episode_length[env]),
+                    reasons=sorted(k for k, v in out.reasons.items() if v[env]),
+                    success=None if success is None else bool(success[env] > 0.5),
+                )
+            )
+        if one_per_env:
+            counted |= ended
+        if on_step is not None:
+            on_step(StepInfo(step, current, actions, out, queue.planned))
+        obs = out.obs
+    result.steps = step
+    result.obs = obs
+    return result
+
+
+def _check_shapes(task: Task, policy: Policy[np.ndarray]) -> None:
+    missing = [g for g in policy.obs_groups if g not in task.obs_dims]
+    if missing or policy.action_dim != task.action_dim:
+        raise ValueError(
+            f"policy reads observation groups {list(policy.obs_groups)} and acts with "
+            f"{policy.action_dim} actions; task {task.cfg.name!r} has groups {task.obs_dims} "
+            f"and {task.action_dim} actions"
+        )
+
+
+# -- collect_chunk: a worker's T steps into a ring slot -------------------------------------
 @dataclass
 class RolloutState:
     """What carries over from one chunk to the next inside a worker."""
@@ -34,6 +180,8 @@ class RolloutState:
     sim_unstable: int = 0
     inference_s: float = 0.0
     sim_s: float = 0.0
+    queue: ActionQueue | None = None
+    """Chunk execution state (for H > 1, the rest of each env's current chunk)."""
 
 
 def start_rollout(task: Task) -> RolloutState:
@@ -42,15 +190,20 @@ def start_rollout(task: Task) -> RolloutState:
 
 def collect_chunk(
     task: Task,
-    actor: torch.nn.Module,
+    policy: AnyPolicy,
     out: dict[str, np.ndarray],
     state: RolloutState,
     on_step: Callable[[], None] | None = None,
+    n_act: int | None = None,
 ) -> RolloutState:
-    """Run T = out['action'].shape[0] steps, writing every field of `out` in place.
-
-    `on_step` runs once per step (a worker's heartbeat).
-    """
+    """Run T = out['action'].shape[0] steps with sampled actions, writing every field of
+    `out` in place. `on_step` runs once per step (a worker's heartbeat)."""
+    numpy_policy = as_numpy_policy(policy)
+    if state.queue is None:
+        state.queue = ActionQueue(
+            task.num_envs, task.action_dim, n_act or numpy_policy.action_horizon
+        )
+    queue = state.queue
     horizon = out["action"].shape[0]
     next_groups = [k.removeprefix("next_obs_") for k in out if k.startswith("next_obs_")]
     obs_groups = [k.removeprefix("obs_") for k in out if k.startswith("obs_")]
@@ -58,19 +211,18 @@ def collect_chunk(
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     for t in range(horizon):
         t0 = time.perf_counter()
-        policy_obs = torch.from_numpy(state.obs["policy"])
-        action, logprob = actor.act(policy_obs)  # type: ignore[operator]
-        action_np = action.numpy()
+        action_np = queue.next(numpy_policy, state.obs)
         t1 = time.perf_counter()
         result = task.step(action_np)
         t2 = time.perf_counter()
+        queue.episodes_ended(result.terminated | result.truncated)
         for group in obs_groups:
             out[f"obs_{group}"][t] = state.obs[group]
         for group in next_groups:
             out[f"next_obs_{group}"][t] = result.final_obs[group]
         out["action"][t] = action_np
         if has_logprob:
-            out["logprob"][t] = logprob.numpy()
+            out["logprob"][t] = queue.logprob
         out["reward"][t] = result.reward
         out["terminated"][t] = result.terminated
         out["truncated"][t] = result.truncated

@@ -1,4 +1,9 @@
-"""The sim worker process: a task's BatchedSim, a CPU copy of the actor, and a chunk writer.
+"""The sim worker loop: a task's BatchedSim, a CPU copy of the policy, and a chunk writer.
+
+`run_sim_worker(ctx, task, policy, ...)` is the loop; the process entry point that builds
+the task and the policy from the run's config (`unilab.train.sim_worker:sim_worker_main`)
+lives in the train layer and is handed to the supervisor by that "module:function" path,
+so this layer never imports an algorithm.
 
 Loop: take a free ring slot, run T steps into it, publish it with the policy version that
 acted, then pick up newer weights. In sync mode the worker waits for the version after the
@@ -12,13 +17,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from unilab.algos.base import flat_to_actor
+from unilab.runtime.flat_weights import flat_to_actor
 from unilab.runtime.rollout import collect_chunk, start_rollout
+from unilab.runtime.torch_policy import NumpyPolicy, PolicyModule
 from unilab.runtime.worker_base import StopRequested, WorkerContext
 from unilab.runtime.worker_state import load_worker_state, save_worker_state, state_file
 from unilab.runtime.worker_stats import WorkerStats, WorkerStatsHandle
+from unilab.tasks.base import Task
 
 _WEIGHT_POLL_S = 0.0002
 
@@ -31,7 +37,7 @@ def pin_to_core(cores: list[int], index: int) -> None:
 
 
 def _wait_for_weights(
-    ctx: WorkerContext, actor: torch.nn.Module, flat: np.ndarray, newer_than: int
+    ctx: WorkerContext, actor: PolicyModule, flat: np.ndarray, newer_than: int
 ) -> int:
     """Block (heartbeating) until a version newer than `newer_than` exists; load it."""
     assert ctx.weights is not None
@@ -44,30 +50,17 @@ def _wait_for_weights(
         time.sleep(_WEIGHT_POLL_S)
 
 
-def sim_worker_main(ctx: WorkerContext) -> None:
-    torch.set_num_threads(1)  # MuJoCo's threads own this worker's cores
-    from unilab.algos.registry import ALGORITHMS
-    from unilab.config.compose import config_from_yaml
-    from unilab.tasks.registry import make_task
-
-    cfg = config_from_yaml(ctx.config["config_yaml"])
-    if cfg.runtime.pin_cpus:
-        pin_to_core(ctx.config["cores"], ctx.worker_id)
+def run_sim_worker(
+    ctx: WorkerContext, task: Task, actor: PolicyModule, sync: bool, n_act: int | None = None
+) -> None:
+    """Collect chunks into the ring until stopped. `actor` is a CPU policy whose weights the
+    loop replaces with each published version; `ctx.config` carries the stats segment and
+    the worker-state settings (see `unilab.runtime.learner_side.LearnerRuntime`)."""
     stats = WorkerStats.attach(WorkerStatsHandle(**ctx.config["stats"]))
     wid = ctx.worker_id
-    torch.manual_seed(ctx.seed)
-    task = make_task(
-        cfg.task,
-        num_envs=ctx.num_envs,
-        seed=ctx.seed,
-        nthread=cfg.runtime.threads_per_worker,
-        sim_cfg=cfg.sim,
-    )
-    algo_cls = ALGORITHMS.get(cfg.algo.name).algo_cls
-    actor = algo_cls.build_actor(cfg.algo, task.obs_dims, task.action_dim).eval()
+    policy = NumpyPolicy(actor)
     assert ctx.weights is not None and ctx.ring is not None
     flat = np.empty(ctx.weights.num_floats, np.float32)
-    sync = cfg.runtime.mode == "sync"
     state_dir = Path(ctx.config["state_dir"]) if ctx.config.get("state_dir") else None
     save_every = int(ctx.config.get("save_state_every", 0))
 
@@ -100,7 +93,7 @@ def sim_worker_main(ctx: WorkerContext) -> None:
                 rollout.inference_s,
                 rollout.sim_unstable,
             )
-            collect_chunk(task, actor, views, rollout, on_step=ctx.heartbeat)
+            collect_chunk(task, policy, views, rollout, on_step=ctx.heartbeat, n_act=n_act)
             seq_next = seq + 1
             if sync and state_dir is not None and save_every > 0 and seq_next % save_every == 0:
                 save_worker_state(state_file(state_dir, wid, seq_next), task, rollout, seq_next)

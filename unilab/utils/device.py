@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from unilab.config.errors import ConfigError
-
 VALID = "auto, cpu, cuda, cuda:N, mps, xpu, xpu:N"
+
+
+class DeviceError(ValueError):
+    """`device=` names no device, or one this machine does not have; the message says which exist.
+
+    The training entry point turns it into a config error (exit 2, one message)."""
 
 
 def _has_mps() -> bool:
@@ -31,7 +35,7 @@ def available_devices() -> list[str]:
 
 
 def select_device(name: str) -> torch.device:
-    """Resolve `device=` to a torch.device; an absent device is a ConfigError naming what exists."""
+    """Resolve `device=` to a torch.device; an absent device is a DeviceError naming what exists."""
     name = name.strip().lower()
     if name == "auto":
         if torch.cuda.is_available():
@@ -44,11 +48,11 @@ def select_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"device={name!r} is not a device name; valid: {VALID}") from None
+        raise DeviceError(f"device={name!r} is not a device name; valid: {VALID}") from None
     present = available_devices()
     wanted = f"{device.type}:{device.index or 0}" if device.type in ("cuda", "xpu") else device.type
     if wanted not in present:
-        raise ConfigError(
+        raise DeviceError(
             f"device={name!r} was asked for but is not present on this machine; "
             f"available: {', '.join(present)}"
         )

@@ -1,6 +1,6 @@
 """What recording episodes during training costs, next to what a training batch costs.
 
-    python -m unilab.data.bench_recorder [--task cartpole_balance] [--steps 150000] [--json OUT]
+    python -m bench.recorder [--task cartpole_balance] [--steps 150000] [--json OUT]
 
 1. Trains the task's preset for `--steps` env steps (`unilab.train.train`) and takes the
    steady-state learner time per batch from metrics.jsonl (startup excluded).
@@ -77,19 +77,18 @@ def train_once(task: str, steps: int, out_dir: Path, extra: list[str]) -> dict[s
 
 def real_chunks(cfg: Any, n_chunks: int) -> tuple[list[dict[str, np.ndarray]], Any, float]:
     """`n_chunks` consecutive (T, N) chunks of real transitions, the fields and fps."""
-    from unilab.algos.base import info_fields
+    from unilab.algos.build import make_task_and_policy
     from unilab.algos.registry import ALGORITHMS
+    from unilab.runtime.fields import info_fields
     from unilab.runtime.rollout import collect_chunk, start_rollout
-    from unilab.tasks.registry import make_task
 
     n_envs, horizon = cfg.sim.num_envs, cfg.runtime.chunk_len
-    task = make_task(cfg.task, num_envs=n_envs, seed=0, sim_cfg=cfg.sim)
+    task, actor = make_task_and_policy(cfg, n_envs, seed=0)
     algo_cls = ALGORITHMS.get(cfg.algo.name).algo_cls
     fields = {
         **algo_cls.chunk_fields(task.obs_dims, task.action_dim),
         **info_fields(sorted(task.reward_weights), sorted(task.task_metrics())),
     }
-    actor = algo_cls.build_actor(cfg.algo, task.obs_dims, task.action_dim)
     state = start_rollout(task)
     chunks = []
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """Throughput of the episode store: append, batched recording, sequential and random reads.
 
-    python -m unilab.data.bench_store [--dir DIR] [--json OUT]
+    python -m bench.store [--dir DIR] [--json OUT]
 
 Prints a table; the numbers in docs/decisions/0005-episode-store.md come from here.
 """

@@ -44,8 +44,9 @@ class RunDir:
         return self
 
 
-def new_run_dir(cfg: Config) -> RunDir:
-    """A fresh directory for a new run, or the resumed run's own directory."""
+def open_run_dir(cfg: Config) -> RunDir:
+    """A fresh directory for a new run, or the resumed run's own directory; `config.yaml`
+    is left to the caller (a resumed run rewrites it only once its checkpoint has loaded)."""
     if cfg.run.resume:
         run = RunDir(Path(cfg.run.resume)).make()
     else:
@@ -58,5 +59,11 @@ def new_run_dir(cfg: Config) -> RunDir:
             path = base / f"{name}.{n}"
             n += 1
         run = RunDir(path).make()
+    return run
+
+
+def new_run_dir(cfg: Config) -> RunDir:
+    """`open_run_dir` plus the resolved config written to `config.yaml`."""
+    run = open_run_dir(cfg)
     run.config.write_text(to_yaml(cfg))
     return run

@@ -1,0 +1,61 @@
+"""`unilab train` as a library function: the `Runner` with every hook the config asks for.
+
+    from unilab.config import compose
+    from unilab.workflows.train import train
+    run = train(compose(["task=arm_reach", "eval.every=20"]))
+
+Hooks, in order: mid-run evaluation (`eval.every`), episode recording
+(`logging.record_store`), Rerun recordings (`viz.rerun`), then `hooks` given here, and last
+export + play (`run.export`, `run.play_episodes`) once the run has ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from unilab.config.errors import ConfigError
+from unilab.config.schema import Config
+from unilab.train.hooks import TrainHook
+from unilab.train.run_dir import RunDir
+from unilab.train.runner import Runner
+from unilab.train.session import train_hooks
+from unilab.workflows.hooks import EpisodeRecordHook, ExportPlayHook
+
+
+def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHook]:
+    hooks = train_hooks(cfg)
+    if cfg.logging.record_store:
+        hooks.append(
+            EpisodeRecordHook(
+                cfg.logging.record_store, cfg.logging.record_every, cfg.logging.record_max_envs
+            )
+        )
+    if cfg.viz.rerun:
+        from unilab.viz.training_recorder import TrainingRecorder
+
+        try:
+            hooks.append(
+                TrainingRecorder(
+                    every=cfg.viz.every, steps=cfg.viz.steps, num_envs=cfg.viz.num_envs
+                )
+            )
+        except ValueError as exc:
+            raise ConfigError(f"viz section: {exc}") from None
+    hooks.extend(extra)
+    if cfg.run.export:
+        hooks.append(ExportPlayHook(cfg.run.play_episodes))
+    return hooks
+
+
+def train(cfg: Config, hooks: Iterable[TrainHook] = ()) -> RunDir:
+    """Train, record, export and play as `cfg` says; returns the run directory.
+
+    A stop signal ends it with SystemExit(128 + signal) after the final checkpoint and
+    summary; a failed export or play with SystemExit(1) (the checkpoint is kept).
+    """
+    result = Runner(cfg, standard_hooks(cfg, hooks)).learn()
+    if result.exit_code:
+        raise SystemExit(result.exit_code)
+    if result.problems:
+        raise SystemExit(1)
+    return result.run
