@@ -86,11 +86,12 @@ def check_task_builds(cfg: TaskConfig, sim_cfg: SimConfig | None = None, seed: i
         task.reset()
     except ConfigError:
         raise
-    except Exception as exc:  # the task's constructor is user-extensible code: report anything
-        kind = "" if isinstance(exc, ValueError | TypeError) else f"{type(exc).__name__}: "
+    except (ValueError, TypeError, KeyError, OSError) as exc:  # the task refused its config
         text = str(exc) or type(exc).__name__
         prefix = "" if text.startswith(f"task {cfg.name!r}") else f"task {cfg.name!r}: "
+        raise ConfigError(prefix + text) from None
+    except Exception as exc:  # a task's constructor is extensible code: still one message
         raise ConfigError(
-            f"{prefix}{kind}{text} (the task could not be built with this configuration)"
+            f"task {cfg.name!r} could not be built: {type(exc).__name__}: {exc}"
         ) from None
     return task

@@ -51,10 +51,10 @@ def load_target(target: str | None, verb: str) -> LoadedPolicy:
 
 
 def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bool) -> int:
+    target, items = split_items(args.items, verb, "run directory or policy.onnx")
     from unilab.deploy.play import play
     from unilab.deploy.sim_task import configs_for_policy
 
-    target, items = split_items(args.items, verb, "run directory or policy.onnx")
     policy = load_target(target, verb)
     assert target is not None
     meta = policy.metadata
