@@ -35,8 +35,8 @@ class TaskEntry:
         """Reward weights must name reward terms of this task."""
         terms = self.reward_terms()
         return [
-            f"task.reward_weights.{name}={weight!r}: task {cfg.name!r} has no reward term "
-            f"{name!r}; terms: {', '.join(terms) or '(none)'}"
+            f"task.reward_weights.{name}={weight!r}: unknown reward term(s) {name} for task "
+            f"{cfg.name!r}; terms are {', '.join(terms) or '(none)'}"
             for name, weight in getattr(cfg, "reward_weights", {}).items()
             if name not in terms
         ]
