@@ -29,6 +29,7 @@ Raise `ConfigError` for bad input (exit 2, one message, no traceback) and
 
 from __future__ import annotations
 
+import os
 import sys
 
 from unilab.cli.verb import discover, dispatch
@@ -36,7 +37,11 @@ from unilab.cli.verb import discover, dispatch
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `unilab` console script; returns the exit code."""
-    return dispatch(sys.argv[1:] if argv is None else argv, discover(__name__))
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv, discover(__name__))
+    except BrokenPipeError:  # `unilab data info s | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 __all__ = ["main"]
