@@ -279,9 +279,15 @@ def _to_object(cfg: DictConfig) -> Config:
         return typing.cast(Config, OmegaConf.to_object(cfg))
     except (ValueError, TypeError, OmegaConfBaseException) as exc:
         key, text = _failing_section(cfg, ""), str(exc).split("\n")[0]
-        field, _, rest = text.partition(" ")
-        if key and rest and field.isidentifier():
-            raise ConfigError(f"{key}.{field} {rest}") from None  # "<key>.friction_scale must ..."
+        first, _, rest = text.partition(" ")
+        section = OmegaConf.get_type(OmegaConf.select(cfg, key)) if key else None
+        names = {f.name for f in dataclasses.fields(section)} if section else set()
+        if (
+            first in names and rest
+        ):  # "friction_scale must ..." -> "task.randomization.friction_scale must ..."
+            raise ConfigError(f"{key}.{first} {rest}") from None
+        if key and text.startswith(f"{key}."):  # the section already named its key
+            raise ConfigError(text) from None
         raise ConfigError(f"{key or 'config'}: {text}") from None
 
 
