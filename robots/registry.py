@@ -1,4 +1,5 @@
-"""The robot registry: name -> RobotSpec. Each robot module adds its spec on import."""
+"""The robot registry: name -> RobotSpec. Each robot module adds its spec on import; the
+first lookup imports `unilab.robots`, which imports them all."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from unilab.registry import Registry
 
 from .spec import RobotSpec
 
-ROBOTS: Registry[RobotSpec] = Registry("robot")
+ROBOTS: Registry[RobotSpec] = Registry("robot", package="unilab.robots")
 
 
 def get_robot(name: str) -> RobotSpec:

@@ -165,6 +165,18 @@ class Task(abc.ABC):
         self.prev_actions[:] = 0.0
         return self._noisy(self.observe())
 
+    def restart(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Start new episodes in envs `ids` now, as `step`'s auto-reset does; returns the
+        observation groups of every env (rows outside `ids` as they are). For adapters that
+        reset on the next step (gymnasium's NEXT_STEP autoreset)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        self.reset_envs(ids)
+        self.episode_step[ids] = 0
+        self.episode_return[ids] = 0.0
+        self.actions[ids] = 0.0
+        self.prev_actions[ids] = 0.0
+        return self._noisy(self.observe())
+
     def step(self, actions: np.ndarray) -> StepResult:
         actions = np.asarray(actions, dtype=np.float32)
         if actions.shape != (self.num_envs, self.action_dim):

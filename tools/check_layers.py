@@ -51,15 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 LINKED = ("robots", "tasks", "policies", "teleop", "worldmodel", "bench")
 """Top-level folders imported as unilab.<folder> (unilab/<folder> is a symlink to them)."""
 
-ALLOWED: dict[tuple[str, str], str] = {
-    # Pending (issue 11 item 4, the cli engineer's branch): compose resolves task and
-    # algorithm names through their registries, which load their packages on first lookup
-    # once that lands. Remove these entries then.
-    ("unilab.config.compose", "unilab.algos"): "pending: registries load on lookup",
-    ("unilab.config.compose", "unilab.algos.registry"): "pending: registries load on lookup",
-    ("unilab.config.compose", "unilab.tasks"): "pending: registries load on lookup",
-    ("unilab.config.compose", "unilab.tasks.registry"): "pending: registries load on lookup",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 """(importing module, imported module) pairs that may point up, each with its reason."""
 
 
@@ -133,7 +125,9 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> Iterator[t
             if target == "unilab":  # `from unilab import tasks` imports unilab.tasks
                 for alias in node.names:
                     sub = f"unilab.{alias.name}"
-                    yield node.lineno, sub if layer_of(sub) != layer_of("unilab") else target
+                    # a submodule (unilab.tasks) or a plain attribute (unilab.__version__)
+                    layer = layer_of(sub)
+                    yield node.lineno, sub if layer not in (None, layer_of("unilab")) else target
             else:
                 yield node.lineno, target
 

@@ -31,7 +31,7 @@ def test_train_help_shows_options_and_documented_config_keys(tmp_path: Path) -> 
     out = run("train", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "--quiet" in out.stdout
-    assert "runtime.num_workers (int, default 1)" in out.stdout
+    assert "runtime.num_workers (int, default 1, >= 1)" in out.stdout
     assert "Sim worker processes." in out.stdout
     assert "algo.lr (float" in out.stdout
     assert "task.max_pole_angle" in out.stdout  # the default task's own keys
@@ -68,5 +68,5 @@ def test_bad_input_is_one_message_without_traceback(
 def test_unknown_benchmark_lists_the_valid_ones(tmp_path: Path) -> None:
     out = run("bench", "warp-speed", cwd=tmp_path)
     assert out.returncode == 2
-    assert "unknown benchmark 'warp-speed'" in out.stderr and "sim, runtime" in out.stderr
+    assert "unknown verb 'warp-speed'" in out.stderr and "sim, runtime" in out.stderr
     assert "Traceback" not in out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -97,10 +98,14 @@ def test_argument_without_equals_is_rejected() -> None:
 
 
 def test_semantic_checks() -> None:
-    with pytest.raises(ConfigError, match="sync or async"):
+    with pytest.raises(
+        ConfigError, match=re.escape("runtime.mode='sometimes' must be one of 'sync', 'async'")
+    ):
         compose(["runtime.mode=sometimes"])
-    with pytest.raises(ConfigError, match="at least 1"):
+    with pytest.raises(ConfigError, match=re.escape("runtime.chunk_len=0 must be >= 1")):
         compose(["runtime.chunk_len=0"])
+    with pytest.raises(ConfigError, match="does not split evenly"):
+        compose(["sim.num_envs=5", "runtime.num_workers=2"])
 
 
 def test_saved_config_relaunches_identically(tmp_path: Path) -> None:

@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 from store_helpers import Expected, assert_store_matches, episode_length, make_episode, make_meta
 
+from unilab.cli import main as unilab_main
 from unilab.data import EpisodeStore, StoreLockedError, info, repair, validate
-from unilab.data.cli_data import main
+
+
+def main(argv: list[str]) -> int:
+    """`unilab data <argv>`."""
+    return unilab_main(["data", *argv])
 
 
 def _prefix_frames(episodes: int) -> int:

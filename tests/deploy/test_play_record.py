@@ -14,8 +14,9 @@ from unilab.data.store import EpisodeStore
 
 def test_play_records_whole_episodes(trained_run: Path, tmp_path: Path) -> None:
     store_path = tmp_path / "played.zarr"
-    cmd = [sys.executable, "-m", "unilab.cli", "play", str(trained_run), f"record={store_path}"]
-    cmd += ["--episodes", "2", "--envs", "2", "--no-video", "--out", str(tmp_path)]
+    # Options before and after the key=value override, as people type them (issue 11).
+    cmd = [sys.executable, "-m", "unilab.cli", "play", str(trained_run), "--episodes", "2"]
+    cmd += [f"record={store_path}", "--envs", "2", "--no-video", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"to {store_path}" in proc.stdout

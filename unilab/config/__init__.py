@@ -1,5 +1,6 @@
 """Typed, validated configuration (OmegaConf structured configs)."""
 
+from unilab.config.checks import checked
 from unilab.config.compose import compose, list_presets, to_yaml
 from unilab.config.errors import ConfigError
 from unilab.config.schema import (
@@ -23,6 +24,7 @@ __all__ = [
     "RuntimeConfig",
     "SimConfig",
     "TaskConfig",
+    "checked",
     "compose",
     "list_presets",
     "to_yaml",

@@ -1,9 +1,14 @@
 """Compose a `Config` from registered defaults, a YAML preset, a saved config and CLI overrides.
 
 Order (later wins): dataclass defaults of the chosen task and algorithm → the preset
-`configs/<task>/<algo>.yaml` (or `preset=NAME|PATH`) → `config=PATH` / `resume=RUN_DIR`'s
-saved config → dotted `key=value` overrides. Every problem is collected and raised as one
+`configs/<task>/<algo>.yaml` (or `preset=NAME|PATH`), after the presets it names in `base:`
+→ `config=PATH` / `resume=RUN_DIR`'s saved config → dotted `key=value` overrides. Then every
+value is checked (`unilab.config.checks`: declared ranges and choices, finite floats, names
+the registered task and algorithm know). Every problem is collected and raised as one
 `ConfigError` before anything starts.
+
+Tasks and algorithms are looked up through the lazy registries of `unilab.registry`, which
+import their packages on first use: this module imports nothing above the config layer.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from unilab.config.checks import config_problems
 from unilab.config.errors import ConfigError
 from unilab.config.schema import DEFAULT_TASK, Config
+from unilab.registry import ALGORITHMS, TASKS
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 SPECIAL_KEYS = ("task", "algo", "preset", "config", "resume")
+BASE_KEY = "base"
+"""A preset's `base:` names the preset(s) it starts from (a name or a list of names)."""
 
 
 def parse_overrides(tokens: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
@@ -64,6 +73,41 @@ def preset_path(name_or_path: str) -> Path:
     if path.suffix in (".yaml", ".yml") or path.exists():
         return path
     return PRESET_DIR / f"{name_or_path}.yaml"
+
+
+def base_path(name: str, preset: Path) -> Path:
+    """Where a `base:` entry of `preset` points: `<task>/<algo>` under configs/, a bare name
+    beside the preset (`base: ppo`), or a .yaml path relative to the preset's folder."""
+    if name.endswith((".yaml", ".yml")):
+        return preset.parent / name
+    if "/" in name:
+        return PRESET_DIR / f"{name}.yaml"
+    return preset.parent / f"{name}.yaml"
+
+
+def preset_layers(path: Path, _chain: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """A preset and the presets it names in `base:`, as (origin, data) layers, bases first."""
+    data = load_yaml(path, "preset")
+    bases = data.pop(BASE_KEY, None)
+    if bases is None:
+        bases = []
+    elif isinstance(bases, str):
+        bases = [bases]
+    elif not (isinstance(bases, list) and all(isinstance(b, str) for b in bases)):
+        raise ConfigError(
+            f"preset {path}: {BASE_KEY}: must be a preset name or a list of names, e.g. "
+            f"{BASE_KEY}: cartpole_balance/ppo; got {bases!r}"
+        )
+    layers: list[tuple[str, dict[str, Any]]] = []
+    for name in bases:
+        parent = base_path(name, path)
+        if not parent.is_file():
+            raise ConfigError(f"preset {path}: {BASE_KEY} {name!r} not found (looked for {parent})")
+        if parent.resolve() in {p.resolve() for p in (*_chain, path)}:
+            raise ConfigError(f"preset {path}: {BASE_KEY} {name!r} makes a cycle")
+        layers += preset_layers(parent, (*_chain, path))
+    layers.append((f"preset {path}", data))
+    return layers
 
 
 def list_presets() -> list[str]:
@@ -178,11 +222,6 @@ def compose(tokens: list[str], base: dict[str, Any] | None = None) -> Config:
 
     `base` is a saved config (as a dict) to start from instead of the preset.
     """
-    import unilab.algos
-    import unilab.tasks  # noqa: F401  (importing the packages registers everything)
-    from unilab.algos.registry import ALGORITHMS
-    from unilab.tasks.registry import TASKS
-
     special, dotted = parse_overrides(tokens)
     base = dict(base or {})
     if "config" in special:
@@ -211,12 +250,11 @@ def compose(tokens: list[str], base: dict[str, Any] | None = None) -> Config:
     problems: list[str] = []
     layers: list[tuple[str, dict[str, Any]]] = []
     if "preset" in special:
-        path = preset_path(special["preset"])
-        layers.append((f"preset {path}", load_yaml(path, "preset")))
+        layers += preset_layers(preset_path(special["preset"]))
     elif not base:
         auto = PRESET_DIR / task_name / f"{algo_name}.yaml"
         if auto.is_file():
-            layers.append((f"preset {auto}", load_yaml(auto, "preset")))
+            layers += preset_layers(auto)
     if base:
         layers.append(("saved config", base))
     for origin, data in layers:
@@ -224,27 +262,52 @@ def compose(tokens: list[str], base: dict[str, Any] | None = None) -> Config:
     cfg = _apply(cfg, [(k, _parse_value(v)) for k, v in dotted], "command line", problems)
     if problems:
         raise ConfigError(problems)
-    config = typing.cast(Config, OmegaConf.to_object(cfg))
+    config = _to_object(cfg)
+    problems = config_problems(config)
+    problems += task_entry.check_config(config.task)
+    problems += algo_entry.check_config(config.algo)
+    if problems:
+        raise ConfigError(problems)
     validate(config)
     return config
 
 
+def _to_object(cfg: DictConfig) -> Config:
+    """The dataclass tree; a section whose own checks (`__post_init__`) refuse their values
+    becomes a ConfigError naming that section's dotted key."""
+    try:
+        return typing.cast(Config, OmegaConf.to_object(cfg))
+    except (ValueError, TypeError, OmegaConfBaseException) as exc:
+        key, text = _failing_section(cfg, ""), str(exc).split("\n")[0]
+        first, _, rest = text.partition(" ")
+        section = OmegaConf.get_type(OmegaConf.select(cfg, key)) if key else None
+        names = {f.name for f in dataclasses.fields(section)} if section else set()
+        if (
+            first in names and rest
+        ):  # "friction_scale must ..." -> "task.randomization.friction_scale must ..."
+            raise ConfigError(f"{key}.{first} {rest}") from None
+        if key and text.startswith(f"{key}."):  # the section already named its key
+            raise ConfigError(text) from None
+        raise ConfigError(f"{key or 'config'}: {text}") from None
+
+
+def _failing_section(node: DictConfig, prefix: str) -> str:
+    """The deepest structured section whose conversion to its dataclass fails."""
+    for key in node:
+        name = str(key)
+        child = node[name]
+        if isinstance(child, DictConfig) and _is_strict(child):
+            try:
+                OmegaConf.to_object(child)
+            except Exception:
+                return _failing_section(child, f"{prefix}{name}.") or f"{prefix}{name}"
+    return ""
+
+
 def validate(cfg: Config) -> None:
-    """Checks that types alone cannot express."""
+    """Checks across sections, which no single field can state."""
     problems = []
-    if cfg.runtime.mode not in ("sync", "async"):
-        problems.append(f"runtime.mode={cfg.runtime.mode!r} is not valid; expected sync or async")
-    for key, value in (
-        ("sim.num_envs", cfg.sim.num_envs),
-        ("runtime.num_workers", cfg.runtime.num_workers),
-        ("runtime.threads_per_worker", cfg.runtime.threads_per_worker),
-        ("runtime.chunk_len", cfg.runtime.chunk_len),
-        ("runtime.slots_per_worker", cfg.runtime.slots_per_worker),
-        ("run.total_env_steps", cfg.run.total_env_steps),
-    ):
-        if value < 1:
-            problems.append(f"{key}={value} must be at least 1")
-    if cfg.runtime.num_workers >= 1 and cfg.sim.num_envs % cfg.runtime.num_workers:
+    if cfg.sim.num_envs % cfg.runtime.num_workers:
         problems.append(
             f"sim.num_envs={cfg.sim.num_envs} does not split evenly over runtime.num_workers="
             f"{cfg.runtime.num_workers}; use a multiple of the worker count"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from unilab.config.checks import checked
 from unilab.config.randomization import DomainRandomization
 
 DEFAULT_TASK = "cartpole_balance"
@@ -19,9 +20,9 @@ DEFAULT_TASK = "cartpole_balance"
 class RunConfig:
     seed: int = 0
     """Seed of the run; worker w uses seed + w, restarts add 1000 per restart."""
-    total_env_steps: int = 2_000_000
+    total_env_steps: int = checked(2_000_000, ge=1)
     """Stop after this many environment steps (summed over all envs)."""
-    max_wall_s: float = 0.0
+    max_wall_s: float = checked(0.0, ge=0)
     """Stop after this many seconds of wall time; 0 means no limit."""
     out_dir: str = "runs"
     """Run directories go to <out_dir>/<task>/<algo>/<timestamp>/."""
@@ -29,11 +30,11 @@ class RunConfig:
     """Optional suffix for the run directory name."""
     resume: str | None = None
     """A run directory to continue from its newest good checkpoint."""
-    checkpoint_every: int = 50
+    checkpoint_every: int = checked(50, ge=1)
     """Write a checkpoint every N learner iterations (and always at the end)."""
     export: bool = True
     """Export the policy (ONNX and TorchScript) at the end of training."""
-    play_episodes: int = 1
+    play_episodes: int = checked(1, ge=0)
     """Episodes played at the end of training into media/ (mp4 video and Rerun .rrd); 0: none."""
     quiet: bool = False
     """No progress bar; only a final summary (for CI and scripts)."""
@@ -41,33 +42,33 @@ class RunConfig:
 
 @dataclass
 class SimConfig:
-    num_envs: int = 256
+    num_envs: int = checked(256, ge=1)
     """Environments in total, split evenly over runtime.num_workers."""
-    max_abs_qpos: float = 1e4
+    max_abs_qpos: float = checked(1e4, gt=0)
     """|qpos| beyond this counts as diverged: the env is reset and its step marked sim_unstable."""
-    max_abs_qvel: float = 1e4
+    max_abs_qvel: float = checked(1e4, gt=0)
     """|qvel| beyond this counts as diverged."""
-    max_abs_qacc: float = 1e8
+    max_abs_qacc: float = checked(1e8, gt=0)
     """|qacc| beyond this counts as diverged."""
 
 
 @dataclass
 class RuntimeConfig:
-    mode: str = "sync"
+    mode: str = checked("sync", choices=("sync", "async"))
     """sync: workers and learner take turns; async: workers run on while the learner learns."""
-    num_workers: int = 1
+    num_workers: int = checked(1, ge=1)
     """Sim worker processes."""
-    threads_per_worker: int = 1
+    threads_per_worker: int = checked(1, ge=1)
     """MuJoCo batch threads inside each worker."""
-    chunk_len: int = 32
+    chunk_len: int = checked(32, ge=1)
     """Steps per env in one ring-buffer chunk (one slot)."""
-    slots_per_worker: int = 2
+    slots_per_worker: int = checked(2, ge=1)
     """Ring slots per worker; in async mode a worker waits only when all are full."""
     pin_cpus: bool = False
     """Pin each worker (and the learner) to its own core."""
-    hang_timeout_s: float = 1.0
+    hang_timeout_s: float = checked(1.0, gt=0)
     """A worker whose heartbeat is older than this is treated as hung and replaced."""
-    wait_timeout_s: float = 60.0
+    wait_timeout_s: float = checked(60.0, gt=0)
     """Longest the learner waits for a chunk before it reports the runtime stalled."""
 
 
@@ -77,13 +78,13 @@ class LoggingConfig:
     """Write TensorBoard event files into the run directory."""
     jsonl: bool = True
     """Write one JSON line of metrics per iteration to metrics.jsonl."""
-    log_every: int = 1
+    log_every: int = checked(1, ge=1)
     """Log metrics every N iterations."""
     record_store: str | None = None
     """Record whole training episodes into this episode store (sync mode, or one worker)."""
-    record_every: int = 1
+    record_every: int = checked(1, ge=1)
     """Arm envs for a new recorded episode every N batches (1: record continuously)."""
-    record_max_envs: int = 64
+    record_max_envs: int = checked(64, ge=1)
     """Env columns recorded, spread evenly over the workers."""
 
 
@@ -91,11 +92,11 @@ class LoggingConfig:
 class VizConfig:
     rerun: bool = False
     """During training, record a short rollout of the current policy to media/train_<it>.rrd."""
-    every: int = 50
+    every: int = checked(50, ge=1)
     """Learner iterations between two training-time recordings."""
-    steps: int = 200
+    steps: int = checked(200, ge=1)
     """Control steps per training-time recording."""
-    num_envs: int = 2
+    num_envs: int = checked(2, ge=1)
     """Envs per training-time recording."""
 
 
@@ -113,9 +114,9 @@ class EvalConfig:
 class TaskConfig:
     name: str = DEFAULT_TASK
     """Registered task name (`unilab list tasks`)."""
-    episode_length_s: float = 10.0
+    episode_length_s: float = checked(10.0, gt=0)
     """Episodes time out (truncated, not terminated) after this many seconds."""
-    obs_noise: float = 0.0
+    obs_noise: float = checked(0.0, ge=0)
     """Scale of uniform observation noise on the policy group (0: off)."""
     reward_weights: dict[str, float] = field(default_factory=dict)
     """Overrides of reward term weights, by term name; a weight of 0 disables the term."""
@@ -127,7 +128,7 @@ class TaskConfig:
 class AlgoConfig:
     name: str = "ppo"
     """Registered algorithm name (`unilab list algorithms`)."""
-    max_staleness: int = 4
+    max_staleness: int = checked(4, ge=0)
     """Chunks made by a policy more than this many versions old are dropped (async mode)."""
 
 

@@ -1,10 +1,20 @@
 """Any unilab task as a gymnasium 1.x `VectorEnv` (and, for one env, a `gymnasium.Env`).
 
-A task already steps all of its envs at once and resets ended envs inside `step`, so the
-wrapper is thin: it declares `AutoresetMode.SAME_STEP`, returns the first observation of
-the new episode in `obs`, and the last observation of the ended one in
-`infos["final_obs"]` (an object array, `None` where no episode ended) with the mask
-`infos["_final_obs"]`, as gymnasium's own vector envs do in that mode.
+A task steps all of its envs at once and resets ended envs inside `step`. The wrapper offers
+both of gymnasium's autoreset modes (https://farama.org/Vector-Autoreset-Mode):
+
+- `AutoresetMode.NEXT_STEP` (the default, gymnasium's own): the step that ends an episode
+  returns its last observation; the next step starts a new episode in that env (its action
+  is ignored; reward 0, not terminated, not truncated). gymnasium's vector wrappers
+  (`NormalizeObservation`, `RecordEpisodeStatistics`, ...) work on top. The env was stepped
+  once more in the task's batch, then restarted (`Task.restart`): it costs one extra reset.
+- `AutoresetMode.SAME_STEP` (the task's own way, no extra work): the step that ends an
+  episode returns the first observation of the new one in `obs`, and the last observation
+  of the ended one in `infos["final_obs"]` (an object array, `None` where no episode ended)
+  with the mask `infos["_final_obs"]`. gymnasium's observation wrappers refuse this mode.
+
+Episode ends carry `episode_return`, `episode_length` and `ended_by_<reason>` (with `_<key>`
+masks): in `infos` (NEXT_STEP) or `infos["final_info"]` (SAME_STEP).
 
     env = TaskVectorEnv("mjcf", num_envs=16, seed=0, mjcf_path="gymnasium:ant.xml")
     obs, infos = env.reset(seed=0)
@@ -29,6 +39,20 @@ from unilab.tasks.base import StepResult, Task
 from unilab.tasks.registry import make_task
 
 OBS_MODES = ("policy", "dict")
+AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+
+
+def _autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """An AutoresetMode from itself, its value ("NextStep") or its name ("next_step")."""
+    for known in AUTORESET_MODES:
+        if mode == known or (
+            isinstance(mode, str) and mode.lower() in (known.value.lower(), known.name.lower())
+        ):
+            return known
+    raise ValueError(
+        f"autoreset_mode={mode!r} is not supported; use AutoresetMode.NEXT_STEP (gymnasium's "
+        "default, works with its observation wrappers) or AutoresetMode.SAME_STEP (no extra reset)"
+    )
 
 
 def _override_token(key: str, value: Any) -> str:
@@ -78,6 +102,16 @@ def reseed(task: Task, seed: int) -> None:
     )
 
 
+def _with_masks(values: dict[str, Any], mask: np.ndarray) -> dict[str, Any]:
+    """gymnasium's vector info layout: each key paired with a `_key` mask of the envs that
+    have it."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        out[key] = value
+        out[f"_{key}"] = mask.copy()
+    return out
+
+
 def _box(dim: int) -> spaces.Box:
     return spaces.Box(-np.inf, np.inf, shape=(dim,), dtype=np.float32)
 
@@ -87,7 +121,8 @@ class TaskVectorEnv(VectorEnv):
 
     task: a registered task name (its preset applies; keyword overrides set `task.<key>`),
     a TaskConfig, or a Task. obs_mode "policy" gives the policy group as a Box; "dict"
-    gives every observation group as a Dict space.
+    gives every observation group as a Dict space. autoreset_mode: NEXT_STEP (default) or
+    SAME_STEP, see the module doc.
     """
 
     def __init__(
@@ -98,12 +133,14 @@ class TaskVectorEnv(VectorEnv):
         *,
         nthread: int = 1,
         obs_mode: str = "policy",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         **overrides: Any,
     ) -> None:
         if obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode={obs_mode!r}; expected one of {OBS_MODES}")
+        self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.task = build_task(task, num_envs, seed, nthread, overrides)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
         self.num_envs = self.task.num_envs
         self.obs_mode = obs_mode
         dims = self.task.obs_dims
@@ -117,6 +154,8 @@ class TaskVectorEnv(VectorEnv):
         )
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        # NEXT_STEP: envs whose episode ended in the previous step; they restart in this one.
+        self._restart_next = np.zeros(self.num_envs, dtype=bool)
 
     def _obs(self, groups: dict[str, np.ndarray]) -> Any:
         # Copies: users keep what they are given, and a task may reuse its buffers.
@@ -136,32 +175,65 @@ class TaskVectorEnv(VectorEnv):
         super().reset(seed=seed)
         if seed is not None:
             reseed(self.task, int(seed))
+        self._restart_next[:] = False
         return self._obs(self.task.reset()), {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         res = self.task.step(np.asarray(actions, dtype=np.float32))
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            return self._same_step(res)
+        return self._next_step(res)
+
+    def _same_step(self, res: StepResult) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs = self._obs(res.obs)
-        infos: dict[str, Any] = {"reward_terms": res.reward_terms}
+        every = np.ones(self.num_envs, dtype=bool)
+        infos = _with_masks({"reward_terms": _with_masks(res.reward_terms, every)}, every)
         done = res.terminated | res.truncated
         if done.any():
-            infos.update(self._final_infos(res, done))
+            ids = np.flatnonzero(done)
+            final = self._obs(res.final_obs)
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            if self.obs_mode == "policy":
+                final_obs[ids] = list(final[ids])
+            else:
+                final_obs[ids] = [{k: v[i] for k, v in final.items()} for i in ids]
+            infos.update(
+                final_obs=final_obs, _final_obs=done, final_info=self._episode_info(res, done)
+            )
         return obs, res.reward.astype(np.float64), res.terminated, res.truncated, infos
 
-    def _final_infos(self, res: StepResult, done: np.ndarray) -> dict[str, Any]:
-        ids = np.flatnonzero(done)
-        final = self._obs(res.final_obs)
-        final_obs = np.full(self.num_envs, None, dtype=object)
-        if self.obs_mode == "policy":
-            final_obs[ids] = list(final[ids])
-        else:
-            final_obs[ids] = [{k: v[i] for k, v in final.items()} for i in ids]
-        info: dict[str, Any] = {
-            "episode_return": res.episode_return,
-            "episode_length": res.episode_length,
+    def _next_step(self, res: StepResult) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        restart = self._restart_next
+        groups = res.obs
+        reward = res.reward.astype(np.float64)
+        terminated, truncated = res.terminated.copy(), res.truncated.copy()
+        terms = res.reward_terms
+        if restart.any():
+            # These envs ended last step; the task already stepped them once into a new
+            # episode, so start that episode again and report its first observation.
+            fresh = self.task.restart(np.flatnonzero(restart))
+            groups = {k: np.where(restart[:, None], fresh[k], v) for k, v in groups.items()}
+            reward[restart] = 0.0
+            terminated[restart] = truncated[restart] = False
+            terms = {k: np.where(restart, 0.0, v).astype(v.dtype) for k, v in terms.items()}
+        done = terminated | truncated
+        if done.any():  # the step that ends an episode shows its last observation
+            groups = {k: np.where(done[:, None], res.final_obs[k], v) for k, v in groups.items()}
+        stepped = ~restart
+        infos = _with_masks({"reward_terms": _with_masks(terms, stepped)}, stepped)
+        if done.any():
+            infos.update(self._episode_info(res, done))
+        self._restart_next = done
+        return self._obs(groups), reward, terminated, truncated, infos
+
+    @staticmethod
+    def _episode_info(res: StepResult, done: np.ndarray) -> dict[str, Any]:
+        info: dict[str, np.ndarray] = {
+            "episode_return": np.where(done, res.episode_return, np.nan).astype(np.float32),
+            "episode_length": np.where(done, res.episode_length, 0),
         }
-        info.update({f"ended_by_{k}": v for k, v in res.reasons.items()})
-        info.update({f"_{k}": done.copy() for k in list(info)})
-        return {"final_obs": final_obs, "_final_obs": done, "final_info": info}
+        info.update({f"ended_by_{k}": v & done for k, v in res.reasons.items()})
+        return _with_masks(info, done)
 
     def close_extras(self, **kwargs: Any) -> None:
         del self.task
@@ -176,7 +248,14 @@ class TaskEnv(gymnasium.Env):
     def __init__(
         self, task: str | TaskConfig | Task, seed: int = 0, *, obs_mode: str = "policy", **kw: Any
     ) -> None:
-        self.vec = TaskVectorEnv(task, num_envs=1, seed=seed, obs_mode=obs_mode, **kw)
+        self.vec = TaskVectorEnv(
+            task,
+            num_envs=1,
+            seed=seed,
+            obs_mode=obs_mode,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            **kw,
+        )
         self.metadata = {"render_modes": []}
         self.observation_space = self.vec.single_observation_space
         self.action_space = self.vec.single_action_space
@@ -197,7 +276,8 @@ class TaskEnv(gymnasium.Env):
         obs, reward, terminated, truncated, infos = self.vec.step(np.asarray(action)[None])
         ended = bool(terminated[0] or truncated[0])
         obs = infos["final_obs"][0] if ended else self._row(obs)
-        info = {k: float(v[0]) for k, v in infos["reward_terms"].items()}
+        terms = infos["reward_terms"]
+        info = {k: float(v[0]) for k, v in terms.items() if not k.startswith("_")}
         return obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
 
     def close(self) -> None:

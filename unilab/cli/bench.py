@@ -1,0 +1,69 @@
+"""`unilab bench <name> [its options]`: run a benchmark from bench/ (prints a table, writes
+JSON, default bench/results/<name>.json). Each benchmark parses its own options:
+`unilab bench sim --help`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+from unilab.cli.verb import NotAvailableError, Verb
+
+BENCHMARKS = {
+    "sim": "raw mujoco.batch ceiling vs unilab task stepping vs gymnasium vector envs",
+    "runtime": "collection throughput vs the ceiling; sync vs async overlap",
+    "e2e": "time to a target return: unilab async, sync, Stable-Baselines3",
+    "scaling": "env steps/s against workers, envs per worker and threads",
+    "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
+    "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
+    "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
+    "report": "write BENCHMARKS.md from bench/results/*.json",
+}
+MEASURED = [n for n in BENCHMARKS if not n.startswith("learn_") and n != "report"]
+
+
+def run_benchmark(name: str, argv: list[str]) -> int:
+    """Run bench/<name>.py's main(argv); its exit code."""
+    try:
+        module = importlib.import_module(f"unilab.bench.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"unilab.bench.{name}", "unilab.bench"):
+            raise
+        raise NotAvailableError(
+            f"benchmark {name!r} is not installed here: benchmarks ship with a source "
+            "checkout (bench/), not with the package"
+        ) from None
+    return int(module.main(argv))
+
+
+def _runner(name: str) -> Callable[[argparse.Namespace], int]:
+    return lambda args: run_benchmark(name, list(args.rest))
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """The measuring benchmarks with the given options, then the report from their JSON."""
+    codes = [run_benchmark(name, list(args.rest)) for name in MEASURED]
+    return max([*codes, run_benchmark("report", [])])
+
+
+VERBS = [
+    Verb(
+        "bench",
+        "run a benchmark: " + ", ".join(BENCHMARKS) + ", or all",
+        description=__doc__.split("\n\n")[0] if __doc__ else "",
+        order=60,
+    ),
+    *(
+        Verb(name, text, _runner(name), parent="bench", raw=True, order=i)
+        for i, (name, text) in enumerate(BENCHMARKS.items())
+    ),
+    Verb(
+        "all",
+        f"run {', '.join(MEASURED)} in turn (options go to each), then report",
+        _run_all,
+        parent="bench",
+        raw=True,
+        order=len(BENCHMARKS),
+    ),
+]

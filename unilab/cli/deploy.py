@@ -1,0 +1,107 @@
+"""`unilab deploy`: an exported policy.onnx against a robot at its control rate, no torch.
+
+Nothing here (or in what it imports) may load torch: the deploy side runs on onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from unilab.cli.options import positive
+from unilab.cli.verb import Verb
+from unilab.config.errors import ConfigError
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("policy", nargs="?", help="exported policy.onnx")
+    p.add_argument("--robot", default="", help="sim:<task> (a simulated robot)")
+    p.add_argument("--steps", type=int, default=1000, help="control steps to run")
+    p.add_argument("--seed", type=int, default=0, help="seed of a simulated robot")
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="run this many times faster than real time"
+    )
+    p.add_argument(
+        "--max-action",
+        type=float,
+        default=None,
+        help="stop on |action| above this (default: 3 x the task's action clip)",
+    )
+    p.add_argument("--out", help="write the JSON report here instead of to stdout")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from unilab.deploy.loop import EXIT_SAFETY_STOP, run_deploy
+    from unilab.deploy.onnx_policy import OnnxPolicy
+    from unilab.deploy.sim_robot import SimRobot
+    from unilab.export.metadata import MetadataError
+
+    if not args.policy or not args.policy.endswith(".onnx"):
+        raise ConfigError("unilab deploy needs an exported policy.onnx (torch is not used here)")
+    if args.speed <= 0:
+        raise ConfigError(f"--speed={args.speed} must be positive")
+    steps = positive(args.steps, "--steps")
+    try:
+        policy = OnnxPolicy(Path(args.policy))
+    except MetadataError as exc:
+        raise ConfigError(str(exc)) from None
+    kind, _, task_name = (args.robot or "").partition(":")
+    if kind != "sim" or not task_name:
+        raise ConfigError(
+            f"--robot {args.robot!r}: only simulated robots exist so far; use sim:<task>, "
+            f"e.g. sim:{policy.metadata.task}"
+        )
+    meta = policy.metadata
+    robot = SimRobot.for_policy(meta, task_name, seed=args.seed)
+    try:
+        dims = robot.obs_dims
+        if dims.get(meta.obs_group) != meta.obs_dim or robot.action_dim != meta.action_dim:
+            raise ConfigError(
+                f"policy expects {meta.obs_group} observations of width {meta.obs_dim} and "
+                f"{meta.action_dim} actions; sim:{task_name} has {dims} and {robot.action_dim}"
+            )
+        robot.reset()
+        report = run_deploy(
+            policy,
+            robot,
+            obs_group=meta.obs_group,
+            action_dim=meta.action_dim,
+            action_clip=meta.action_clip,
+            steps=steps,
+            speed=args.speed,
+            max_action=args.max_action,
+        )
+    finally:
+        robot.close()
+    text = json.dumps(report.to_dict(), indent=2) + "\n"
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    print(
+        f"deploy {report.stop_reason}: {report.steps} steps at {1e3 * report.period_s:.2f} ms; "
+        f"period error mean {report.period_error_mean_ms:.3f} ms, "
+        f"p99 {report.period_error_p99_ms:.3f} ms; overruns {report.overruns}"
+        + (f"; {report.detail}; held {report.held_action}" if report.detail else ""),
+        file=sys.stderr,
+    )
+    if not args.out:
+        sys.stdout.write(text)
+    if report.stop_reason == "bad_action":
+        return EXIT_SAFETY_STOP
+    return 0 if report.ok else 130
+
+
+VERBS = [
+    Verb(
+        "deploy",
+        "run an exported policy.onnx against a robot at its control rate",
+        _run,
+        _arguments,
+        description="Control loop on onnxruntime alone (no torch): observe, infer, check, "
+        "act at the policy's control rate; reports loop jitter. A non-finite or too large "
+        "action is never sent: the last safe action is held and the loop stops (exit 4).",
+        order=30,
+    )
+]

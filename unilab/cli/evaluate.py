@@ -1,0 +1,88 @@
+"""`unilab eval`: a policy's return, length and success over seeds, as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from unilab.cli.options import add_overrides, positive, split_items
+from unilab.cli.play import load_target
+from unilab.cli.verb import Verb
+from unilab.config.errors import ConfigError
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--seeds {text!r} must be comma-separated integers, e.g. 0,1,2"
+        ) from None
+    if not seeds:
+        raise ConfigError("--seeds must name at least one seed, e.g. 0,1,2")
+    return seeds
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--episodes", type=int, default=10, help="episodes per seed")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2")
+    p.add_argument(
+        "--policy",
+        choices=["trained", "zero", "random"],
+        default="trained",
+        help="the trained policy, or a zero / uniform random baseline",
+    )
+    p.add_argument("--out", help="write the JSON here instead of to stdout")
+    add_overrides(p, target="RUN")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from unilab.deploy.evaluate import evaluate
+    from unilab.deploy.sim_task import configs_for_policy
+
+    target, overrides = split_items(args.items, "eval", "run directory or policy.onnx")
+    policy = load_target(target, "eval")
+    seeds = parse_seeds(args.seeds)
+    meta = policy.metadata
+    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
+    report = evaluate(
+        policy,
+        task_cfg,
+        sim_cfg,
+        episodes=positive(args.episodes, "--episodes"),
+        seeds=seeds,
+        kind=args.policy,
+    )
+    text = json.dumps(report, indent=2) + "\n"
+    r = report["return"]
+    rate = report["success_rate"]
+    print(
+        f"{report['task']} / {args.policy}: return {r['mean']:.3f} ± {r['std']:.3f} over "
+        f"{report['num_episodes']} episodes; length {report['length']['mean']:.1f}; "
+        f"success {'n/a' if rate is None else f'{rate:.2f}'}; "
+        f"ends {report['termination_reasons']}",
+        file=sys.stderr,
+    )
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(f"eval report: {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+VERBS = [
+    Verb(
+        "eval",
+        "evaluate a policy over seeds; write JSON",
+        _run,
+        _arguments,
+        description="Run N episodes per seed (one per env, so short episodes are not "
+        "over-counted); report mean and std of return and length, success rate and "
+        "termination reasons as JSON (schema unilab.eval/1, unilab/deploy/evaluate.py).",
+        order=12,
+    )
+]

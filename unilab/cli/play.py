@@ -1,0 +1,128 @@
+"""`unilab play` and `unilab viz`: run a policy in simulation; write video and Rerun files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from unilab.cli.options import add_overrides, output_base, positive, split_items
+from unilab.cli.verb import Verb
+from unilab.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from unilab.deploy.policy_source import LoadedPolicy
+
+
+def rollout_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--episodes", type=int, default=1, help="episodes to run")
+    p.add_argument(
+        "--envs",
+        type=int,
+        default=0,
+        help="envs stepped together (default: one per episode, at most 4); env 0 is "
+        "filmed and recorded",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated task")
+    p.add_argument(
+        "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
+    )
+    p.add_argument(
+        "--out", help="output base directory; files go to <out>/media/ (default: the run)"
+    )
+    p.add_argument("--name", help="file name stem of the outputs")
+    p.add_argument("--width", type=int, default=640, help="video width in pixels")
+    p.add_argument("--height", type=int, default=480, help="video height in pixels")
+    add_overrides(p, target="RUN")
+
+
+def load_target(target: str | None, verb: str) -> LoadedPolicy:
+    """The policy of a run directory or a policy.onnx; unusable input is a ConfigError."""
+    from unilab.deploy.policy_source import PolicyLoadError, load_policy
+    from unilab.export.metadata import MetadataError
+
+    if not target:
+        raise ConfigError(f"unilab {verb} needs a run directory or a policy.onnx")
+    try:
+        return load_policy(Path(target))
+    except (PolicyLoadError, MetadataError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bool) -> int:
+    target, items = split_items(args.items, verb, "run directory or policy.onnx")
+    from unilab.deploy.play import play
+    from unilab.deploy.sim_task import configs_for_policy
+
+    policy = load_target(target, verb)
+    assert target is not None
+    meta = policy.metadata
+    record = [t.split("=", 1)[1] for t in items if t.startswith("record=")]
+    overrides = [t for t in items if not t.startswith("record=")]
+    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
+    out = Path(args.out) if args.out else output_base(Path(target))
+    name = args.name or default_name.format(
+        ckpt=Path(policy.source).stem, seed=args.seed, task=meta.task
+    )
+    result = play(
+        policy,
+        task_cfg,
+        sim_cfg,
+        out / "media",
+        name,
+        episodes=positive(args.episodes, "--episodes"),
+        num_envs=positive(args.envs, "--envs") if args.envs else None,
+        seed=args.seed,
+        video=video,
+        rerun=True,
+        spawn=args.spawn,
+        width=args.width,
+        height=args.height,
+        record=record[-1] if record else None,
+    )
+    if record:
+        print(f"recorded {len(result.recorded_episodes)} episodes to {record[-1]}")
+    for note in result.notes:
+        print(f"unilab {verb}: {note}", file=sys.stderr)
+    returns = [round(e["return"], 4) for e in result.episodes]
+    print(f"{len(result.episodes)} episodes, returns {returns}, {result.steps} steps")
+    for label, path in (("video", result.video), ("recording", result.rrd)):
+        if path:
+            print(f"{label}: {path}")
+    print(f"summary: {out / 'media' / (name + '.json')}")
+    return 0
+
+
+def _play_arguments(p: argparse.ArgumentParser) -> None:
+    rollout_arguments(p)
+    p.add_argument("--no-video", action="store_true", help="skip the mp4")
+
+
+def _viz_arguments(p: argparse.ArgumentParser) -> None:
+    rollout_arguments(p)
+    p.add_argument("--video", action="store_true", help="also write an mp4")
+
+
+VERBS = [
+    Verb(
+        "play",
+        "run a policy in simulation; write video and a Rerun recording",
+        lambda args: _play_like(args, "play", "play_{ckpt}_seed{seed}", video=not args.no_video),
+        _play_arguments,
+        description="Run a policy in simulation for N episodes; write <out>/media/<name>.mp4 "
+        "(set MUJOCO_GL=egl on headless machines), <name>.rrd (Rerun) and <name>.json. "
+        "task.* and sim.* key=value overrides change the simulated task; record=<store> "
+        "appends the finished episodes to an episode store.",
+        order=10,
+    ),
+    Verb(
+        "viz",
+        "write (or --spawn) a Rerun recording of a run's newest checkpoint",
+        lambda args: _play_like(args, "viz", "viz_{ckpt}", video=args.video),
+        _viz_arguments,
+        description="Record one episode of the newest good checkpoint into the run's media "
+        "directory as viz_<checkpoint>.rrd, or stream it to a viewer with --spawn.",
+        order=11,
+    ),
+]
