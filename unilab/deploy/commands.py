@@ -170,7 +170,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from unilab.deploy.loop import EXIT_SAFETY_STOP, run_deploy
+    from unilab.deploy.loop import SafetyLimits, run_deploy
     from unilab.deploy.onnx_policy import OnnxPolicy
     from unilab.export.metadata import MetadataError
     from unilab.robots.interface import SimRobot
@@ -207,7 +207,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             action_clip=meta.action_clip,
             steps=_positive(args.steps, "--steps"),
             speed=args.speed,
-            max_action=args.max_action,
+            limits=SafetyLimits.from_metadata(meta, max_action=args.max_action),
         )
     finally:
         robot.close()
@@ -224,6 +224,4 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     )
     if not args.out:
         sys.stdout.write(text)
-    if report.stop_reason == "bad_action":
-        return EXIT_SAFETY_STOP
-    return 0 if report.ok else 130
+    return report.exit_code
