@@ -105,6 +105,34 @@ def scenario_shm_ownership() -> dict[str, object]:
     return report
 
 
+def drop_owner_lock(owner: SegmentOwner) -> None:
+    """Release what marks `owner` as alive (its mappings and lock descriptors) without
+    unlinking: the segments then look like those of an owner that died."""
+    for seg in owner._segments:
+        seg.close()
+    owner._segments.clear()
+    while owner._lock_fds:
+        os.close(owner._lock_fds.pop())
+
+
+def hold_segments(prefix: str | None, ready: Connection, release: Event) -> None:
+    """Create two segments (under `prefix` when given), report their names, hold them
+    (alive, owner lock held) until `release`, then exit without unlinking."""
+    owner = SegmentOwner(prefix)
+    names = [owner.create(p, 4096).name for p in ("ring", "ctl")]
+    ready.send(names)
+    release.wait(60)
+    os._exit(0)  # no cleanup: like a crash, but only after the test let go
+
+
+def scenario_setup_window() -> None:
+    """Segments exist, no SIGTERM handler installed yet (a learner still setting up)."""
+    owner = SegmentOwner()
+    names = [owner.create(p, 4096).name for p in ("ring", "weights")]
+    print("CREATED " + json.dumps(names), flush=True)
+    time.sleep(60)
+
+
 def scenario_main(argv: list[str]) -> int:
     """A learner main loop: Supervisor + signal handlers; prints READY, runs until a signal."""
     stop = StopSignal.install()
@@ -143,5 +171,7 @@ if __name__ == "__main__":
         print(json.dumps(scenario_shm_ownership()))
     elif name == "main":
         sys.exit(scenario_main(sys.argv[2:]))
+    elif name == "setup-window":
+        scenario_setup_window()
     else:
-        raise SystemExit(f"unknown scenario {name!r}; known: shm-ownership, main")
+        raise SystemExit(f"unknown scenario {name!r}; known: shm-ownership, main, setup-window")
