@@ -24,7 +24,7 @@ from unilab.runtime.shm import Segment, SegmentOwner, list_segments
 from unilab.runtime.signals import StopSignal
 from unilab.runtime.supervisor import Supervisor
 from unilab.runtime.synthetic import check_chunk, synthetic_spec
-from unilab.runtime.weights import WeightHandle, WeightStore
+from unilab.runtime.weights import WeightHandle, WeightStore, weights_checksum
 from unilab.runtime.worker_base import WorkerContext
 
 
@@ -80,6 +80,30 @@ def weight_reader(
         not_monotone += version <= last
         last = version
     result.send((reads, mixed, wrong_version, not_monotone, store.retries, last))
+
+
+def weight_reader_unsynchronized(
+    handle: WeightHandle, seconds: float, verify: bool, result: Connection
+) -> None:
+    """A reader for which the seqlock gives no protection, as on a weak memory model where
+    the writer's data stores may land after its sequence stores: copy the buffer LATEST
+    points to and take it (with `verify`, only when the checksum matches). Counts the
+    accepted copies that mix two versions."""
+    store = WeightStore.attach(handle)
+    out = np.empty(store.num_floats, np.float32)
+    control, buffers = store._control, store._buffers
+    accepted = torn = rejected = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        b = int(control[0]) & 1
+        out[:] = buffers[b]
+        version, stored = int(control[3 + b]), int(control[5 + b])
+        if verify and weights_checksum(version, out) != stored:
+            rejected += 1
+            continue
+        accepted += 1
+        torn += float(out.min()) != float(out.max()) or float(out[0]) != version
+    result.send((accepted, torn, rejected))
 
 
 def scenario_shm_ownership() -> dict[str, object]:
