@@ -189,6 +189,48 @@ def scenario_main(argv: list[str]) -> int:
     return stop.exit_code
 
 
+def scenario_stuck(argv: list[str]) -> int:
+    """A learner whose update gets stuck after the first chunks (argv: mode escalate_s
+    deadline_s stall_s). mode `python`: a loop that never checks the stop flag; mode `c`:
+    the main thread never returns to the interpreter (signals blocked, like a C call)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(processName)s %(message)s")
+    mode, escalate, deadline, stall = argv[0], float(argv[1]), float(argv[2]), float(argv[3])
+    stop = StopSignal.install()
+    owner = SegmentOwner()
+    ring = RingBuffer(synthetic_spec(), 2, 3, 4, 2, owner=owner)
+    sup = Supervisor(
+        "unilab.runtime.synthetic:synthetic_worker_main",
+        2,
+        ring=ring,
+        config={"step_sleep_s": 0.002},
+        hang_timeout_s=5.0,
+        learner_stall_s=stall,
+        stop_escalate_s=escalate,
+        stop_deadline_s=deadline,
+    ).start()
+    chunks = 0
+    try:
+        while not stop and chunks < 4:
+            sup.poll()
+            for slot in ring.get_ready(0.05):
+                ring.release(slot)
+                chunks += 1
+        info = {"prefix": owner.prefix, "pids": sup.pids(), "segments": owner.names}
+        print("READY " + json.dumps(info), flush=True)
+        if mode == "c":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            time.sleep(120)
+        else:
+            while True:  # a stuck update: never looks at `stop`
+                time.sleep(0.01)
+    finally:
+        print("finally: shutting down", flush=True)
+        sup.shutdown()
+    return stop.exit_code
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     if name == "shm-ownership":
@@ -197,5 +239,9 @@ if __name__ == "__main__":
         sys.exit(scenario_main(sys.argv[2:]))
     elif name == "setup-window":
         scenario_setup_window()
+    elif name == "stuck":
+        sys.exit(scenario_stuck(sys.argv[2:]))
     else:
-        raise SystemExit(f"unknown scenario {name!r}; known: shm-ownership, main, setup-window")
+        raise SystemExit(
+            f"unknown scenario {name!r}; known: shm-ownership, main, setup-window, stuck"
+        )

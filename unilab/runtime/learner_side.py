@@ -23,7 +23,7 @@ from unilab.algos.base import FieldSpecs
 from unilab.config.schema import Config
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
-from unilab.runtime.supervisor import Supervisor, WorkerEvent
+from unilab.runtime.supervisor import Supervisor, WorkerEvent, WorkersFailing
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_stats import WorkerStats
 
@@ -32,10 +32,6 @@ _POLL_S = 0.02
 
 class RuntimeStalled(RuntimeError):
     """No chunk arrived within runtime.wait_timeout_s."""
-
-
-class WorkersFailing(RuntimeError):
-    """A worker keeps failing before it delivers anything: restarting will not help."""
 
 
 # A worker that fails this many times in a row without delivering a chunk stops the run
