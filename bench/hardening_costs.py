@@ -42,7 +42,7 @@ ACTORS = {
 
 
 def weight_store_costs(repeats: int) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     owner = SegmentOwner()
     try:
         for label, floats in ACTORS.items():
