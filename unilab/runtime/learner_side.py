@@ -21,6 +21,7 @@ import torch
 
 from unilab.algos.base import FieldSpecs
 from unilab.config.schema import Config
+from unilab.runtime.chunk_check import ChunkCheck
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
 from unilab.runtime.supervisor import Supervisor, WorkerEvent, WorkersFailing
@@ -79,7 +80,9 @@ class LearnerRuntime:
             rt.chunk_len,
             rt.slots_per_worker,
             owner=self.owner,
+            debug_poison=rt.debug_poison,
         )
+        self.chunk_check = ChunkCheck(rt.num_workers, self.ring.worker_of)
         self.weights = WeightStore.create(self.owner, actor_floats)
         self.stats = WorkerStats.create(self.owner, rt.num_workers)
         worker_config = {
@@ -148,6 +151,9 @@ class LearnerRuntime:
                 )
             for slot in ready:
                 header = self.ring.header(slot)
+                if not self.chunk_check.accept(slot, header, self.ring.views(slot), self.version):
+                    self.ring.release(slot)  # never learned from; counted in chunk_check
+                    continue
                 self._failures_without_chunk[header.worker_id] = 0
                 staleness = self.version - header.policy_version
                 if self.sync:
