@@ -69,3 +69,30 @@ def test_missing_chunk_raises_on_every_read_path(filled_store: Path) -> None:
     with pytest.raises(MissingDataError, match="'action'"):
         FrameDataset(filled_store)
     FrameDataset(filled_store, fields=["obs/policy", "reward"])  # a subset without it loads
+
+
+def test_missing_chunk_is_reported_to_every_thread_that_reads_it(filled_store: Path) -> None:
+    """Threads sharing one store: each read that needs the missing chunk raises, no other
+    read does (a miss seen by one thread is never taken away from another)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (filled_store / "action/c/2/0").unlink()  # frames 32..47: episodes 4..6
+    with EpisodeStore.open(filled_store) as store:
+        touched = {
+            k
+            for k in range(len(store))
+            if store.starts[k] <= 47 and store.starts[k] + store.lengths[k] > 32
+        }
+
+        def read(k: int) -> bool:
+            try:
+                store.episode(k, ["action"])
+            except MissingDataError:
+                return False
+            return True
+
+        with ThreadPoolExecutor(8) as pool:
+            ks = [k % len(store) for k in range(400)]
+            results = list(pool.map(read, ks))
+    assert touched == {4, 5, 6}
+    assert all(ok == (k not in touched) for k, ok in zip(ks, results, strict=True))

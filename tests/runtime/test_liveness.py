@@ -75,6 +75,7 @@ def _stop_stuck(mode: str, escalate: float, deadline: float, stall: float) -> tu
     proc.send_signal(signal.SIGINT)  # one Ctrl-C, to the learner only
     out, err = proc.communicate(timeout=30)
     took = time.monotonic() - t0
+    print(f"{mode}: stopped {took:.1f} s after SIGINT (escalate {escalate}, deadline {deadline})")
     assert proc.returncode == 130, err
     assert took < 10.0, f"the run took {took:.1f} s to stop"
     assert took < deadline + 2.0

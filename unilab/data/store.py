@@ -239,9 +239,12 @@ class EpisodeStore:
             self._readers[name] = arr
         return arr
 
-    def _guarded(self, name: str, lo: int, hi: int, read: Any) -> np.ndarray:
-        """Run `read(array)` over committed rows [lo, hi] of `name`; raise instead of
-        returning fill values for quarantined rows or chunk files that are gone."""
+    def _guarded(
+        self, name: str, lo: int, hi: int, read: Any, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Run `read(array)` over committed rows [lo, hi] of `name` (only `rows` of them,
+        when given); raise instead of returning fill values for quarantined rows or chunk
+        files that are gone."""
         quarantined = self.quarantined_fields.get(name)
         if quarantined is not None and lo < int(quarantined["frames"]):
             bad = (lo, min(hi, int(quarantined["frames"]) - 1))
@@ -253,11 +256,11 @@ class EpisodeStore:
                 "fields are intact"
             )
         arr = self._reader(name, hi + 1)
-        self._read_zstore.take_missing(name)  # forget misses of earlier, failed reads
         data = np.asarray(read(arr))
-        missing = self._read_zstore.take_missing(name)
+        per = arr.chunks[0]
+        chunks = range(lo // per, hi // per + 1) if rows is None else np.unique(rows // per)
+        missing = self._read_zstore.missing_among(name, (int(c) for c in chunks))
         if missing:
-            per = arr.chunks[0]
             c = missing[0]
             a, b = c * per, min((c + 1) * per, self.num_frames) - 1
             raise MissingDataError(
@@ -391,7 +394,9 @@ class EpisodeStore:
                 f"frames [{lo}, {hi}] are outside the committed range [0, {self.num_frames})"
             )
         unique, inverse = np.unique(rows, return_inverse=True)
-        data = self._guarded(name, lo, hi, lambda arr: arr.get_orthogonal_selection((unique,)))
+        data = self._guarded(
+            name, lo, hi, lambda arr: arr.get_orthogonal_selection((unique,)), unique
+        )
         return data[inverse.reshape(rows.shape)]
 
     def episode(self, i: int, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
