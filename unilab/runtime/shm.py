@@ -191,7 +191,9 @@ class SegmentOwner:
             # Held while this process lives: the sweep of another run sees the segment is live.
             lock_fd = os.dup(fd)
             self._lock_fds.append(lock_fd)
-            fcntl.flock(lock_fd, fcntl.LOCK_SH)
+            # (where shm has no flock, e.g. macOS, there is no /dev/shm sweep either)
+            with contextlib.suppress(OSError):
+                fcntl.flock(lock_fd, fcntl.LOCK_SH)
             os.ftruncate(fd, size)
         except OSError:
             os.close(fd)
