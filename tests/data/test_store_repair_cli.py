@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from store_helpers import Expected, assert_store_matches, episode_length, make_episode, make_meta
+from store_helpers import episode_length, make_episode, make_meta
 
 from unilab.cli import main as unilab_main
 from unilab.data import EpisodeStore, StoreLockedError, info, repair, validate
+from unilab.data.errors import MissingDataError
 
 
 def main(argv: list[str]) -> int:
@@ -23,27 +24,69 @@ def _prefix_frames(episodes: int) -> int:
     return sum(episode_length(k) for k in range(episodes))
 
 
-def test_missing_chunk_repair_keeps_longest_prefix(filled_store: Path) -> None:
+def _episodes_touching(first: int, last: int) -> list[int]:
+    """Episodes (of the filled store) with a frame in [first, last]."""
+    out, start = [], 0
+    for k in range(10):
+        end = start + episode_length(k)
+        if start <= last and end > first:
+            out.append(k)
+        start = end
+    return out
+
+
+def _assert_kept(store: EpisodeStore, kept: list[int]) -> None:
+    """The store holds exactly episodes `kept` (original numbering), frame for frame."""
+    assert len(store) == len(kept)
+    for new, k in enumerate(kept):
+        got = store.episode(new)
+        for name, want in make_episode(k).items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} of episode {k}")
+        assert store.meta(new) == make_meta(k)
+
+
+def test_missing_chunk_raises_and_repair_keeps_untouched_episodes(filled_store: Path) -> None:
+    """A chunk gone from the middle: reads raise naming field and episodes, and repair
+    keeps every episode the chunk does not touch. (main read NaN there and truncated the
+    store to the prefix before the chunk, losing every later episode.)"""
     # obs/policy has 16 frames per chunk; chunk 3 holds frames 48..63.
     (filled_store / "obs/policy/c/3/0").unlink()
     problems = validate(filled_store)
     assert [(p.kind, p.where) for p in problems] == [("missing_chunk", "obs/policy")]
     assert not problems[0].harmless
-    # What a reader would get without the check: NaN-filled (fill value) frames.
+    touched = _episodes_touching(48, 63)
     with EpisodeStore.open(filled_store) as store:
-        assert np.isnan(store.read("obs/policy")[48:64]).all()
+        with pytest.raises(MissingDataError, match=r"'obs/policy' chunk 3 .*episodes 6\.\.7"):
+            store.read("obs/policy")
+        with pytest.raises(MissingDataError, match="obs/policy"):
+            store.read_rows("obs/policy", np.array([1, 50]))
+        np.testing.assert_array_equal(
+            store.read("obs/policy", 0, 48)[:3], make_episode(0)["obs/policy"]
+        )
+        assert store.read("action").shape[0] == store.num_frames  # other fields read
     report = repair(filled_store)
-    keep = max(e for e in range(11) if _prefix_frames(e) <= 48)
-    assert report.after.episodes == keep and report.dropped_episodes == 10 - keep
+    assert touched == [6, 7] and report.quarantined_episodes == touched
+    assert report.rebuilt and report.backup_dir is not None and report.quarantine_dir
     assert validate(filled_store, deep=True) == []
     assert not repair(filled_store).changed
+    kept = [k for k in range(10) if k not in touched]
     with EpisodeStore.open(filled_store) as store:
-        assert len(store) == keep
-        assert_store_matches(store, Expected())
-    with EpisodeStore.open(filled_store, "a") as store:  # and appending resumes cleanly
-        store.append_episode(make_episode(keep), make_meta(keep))
+        _assert_kept(store, kept)
+    # The quarantined episodes' readable frames are saved; the lost rows are marked.
+    qdir = Path(report.quarantine_dir)
+    for k in touched:
+        folder = qdir / "episodes" / str(k)
+        np.testing.assert_array_equal(np.load(folder / "action.npy"), make_episode(k)["action"])
+        bad = np.load(folder / "obs/policy.unreadable_rows.npy")
+        assert bad.size > 0
+        assert json.loads((folder / "meta.json").read_text())["meta"]["seed"] == k
+    # The old store is the backup, byte for byte what was there.
+    with EpisodeStore.open(Path(report.backup_dir) / "store") as old:
+        assert len(old) == 10
+    with EpisodeStore.open(filled_store, "a") as store:  # appending resumes cleanly
+        store.append_episode(make_episode(10), make_meta(10))
     with EpisodeStore.open(filled_store) as store:
-        assert_store_matches(store, Expected())
+        _assert_kept(store, [*kept, 10])
 
 
 def test_corrupt_chunk_found_by_deep_check(filled_store: Path) -> None:
@@ -53,16 +96,39 @@ def test_corrupt_chunk_found_by_deep_check(filled_store: Path) -> None:
     problems = validate(filled_store, deep=True)
     assert [p.kind for p in problems] == ["unreadable_chunk"]
     report = repair(filled_store, deep=True)
-    assert report.after.episodes == 0
+    touched = _episodes_touching(0, 31)  # reward: 32 frames per chunk
+    assert report.quarantined_episodes == touched
     assert validate(filled_store, deep=True) == []
+    with EpisodeStore.open(filled_store) as store:
+        _assert_kept(store, [k for k in range(10) if k not in touched])
 
 
-def test_missing_array_is_recreated(filled_store: Path) -> None:
+def test_missing_array_is_quarantined_and_the_other_fields_keep_everything(
+    filled_store: Path,
+) -> None:
+    """A field gone entirely (metadata and chunks): main recreated it empty and dropped all
+    10 episodes; now the field is quarantined and every other field keeps its episodes."""
     shutil.rmtree(filled_store / "token")
     assert [p.kind for p in validate(filled_store)] == ["missing_array"]
     report = repair(filled_store)
-    assert report.recreated == ["token"] and report.after.episodes == 0
-    assert validate(filled_store, deep=True) == []
+    assert report.quarantined_fields == ["token"] and report.after.episodes == 10
+    assert report.quarantined_episodes == [] and not report.rebuilt
+    assert [p.kind for p in validate(filled_store, deep=True)] == ["quarantined_field"]
+    assert not repair(filled_store).changed
+    with EpisodeStore.open(filled_store) as store:
+        assert len(store) == 10
+        with pytest.raises(MissingDataError, match=r"'token' .*quarantined"):
+            store.read("token")
+        for k in range(10):
+            got = store.episode(k, [n for n in store.schema.names if n != "token"])
+            for name, value in got.items():
+                np.testing.assert_array_equal(value, make_episode(k)[name], err_msg=name)
+    with EpisodeStore.open(filled_store, "a") as store:  # new episodes carry the field again
+        store.append_episode(make_episode(10), make_meta(10))
+    with EpisodeStore.open(filled_store) as store:
+        np.testing.assert_array_equal(
+            store.episode(10, ["token"])["token"], make_episode(10)["token"]
+        )
 
 
 def test_temp_files_and_tail_are_harmless(filled_store: Path) -> None:
@@ -117,7 +183,8 @@ def test_cli_info_validate_repair(filled_store: Path, capsys: pytest.CaptureFixt
     doc = json.loads(capsys.readouterr().out)
     assert doc["problems"][0]["kind"] == "missing_chunk"
     assert main(["repair", str(filled_store)]) == 0
-    assert "dropped 10 episode(s)" in capsys.readouterr().out
+    touched = _episodes_touching(0, 31)
+    assert f"quarantine {len(touched)} episode(s)" in capsys.readouterr().out
     assert main(["repair", str(filled_store), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["changed"] is False
     assert main(["validate", str(filled_store), "--deep"]) == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runtime_procs import drop_owner_lock
 
 from unilab.runtime.shm import Segment, SegmentOwner, list_segments, sweep_stale_segments
 
@@ -89,12 +90,14 @@ def test_bad_names_and_sizes_are_refused() -> None:
 
 
 def test_sweep_removes_segments_of_dead_owners_only() -> None:
+    """(More cases: test_shm_hygiene.py.) A dead owner's segments go, a live one's stay."""
     child = mp.get_context("spawn").Process(target=os.getpid)
     child.start()
     child.join()
     assert child.pid is not None
     dead = SegmentOwner(prefix=f"unilab_{child.pid}_abcdef")
     dead.create("ring", 4096)
+    drop_owner_lock(dead)  # as if its process had died
     live = SegmentOwner()
     live.create("ring", 4096)
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from unilab.runtime.shm import list_segments, sweep_stale_segments
+from unilab.runtime.shm import list_segments, owner_prefix, sweep_stale_segments
 
 HERE = Path(__file__).parent
 
@@ -59,7 +59,7 @@ def test_signal_gives_orderly_exit_and_no_leftover_memory(
 ) -> None:
     proc, info = start_main(when)
     # Other runs may share /dev/shm: compare what this process created (its pid prefix).
-    ours = f"unilab_{proc.pid}_"
+    ours = owner_prefix(proc.pid)
     assert list_segments(ours) == sorted(f"{info['prefix']}_{p}" for p in ("ctl", "ring"))
     if to_group:  # Ctrl-C in a terminal signals the whole foreground group, workers too
         os.killpg(proc.pid, signum)

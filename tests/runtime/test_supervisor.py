@@ -62,7 +62,7 @@ class Learner:
             assert seqs == list(range(len(seqs))), f"{stream} out of order or gapped: {seqs}"
 
 
-def make(num_workers: int, *, config: dict | None = None, **kwargs: float) -> Learner:
+def make(num_workers: int, *, config: dict | None = None, **kwargs: float | None) -> Learner:
     ring = RingBuffer(synthetic_spec(), num_workers, 3, chunk_len=8, slots_per_worker=2,
                       debug_poison=True)  # fmt: skip
     sup = Supervisor(synthetic_worker_main, num_workers, ring=ring,
@@ -75,7 +75,9 @@ def all_running(learner: Learner) -> bool:
 
 
 def test_random_sigkills_lose_nothing_published() -> None:
-    learner = make(3, hang_timeout_s=5.0, max_restarts=25)
+    # (Kills land at random, sometimes thrice on one worker before its first chunk: the
+    # repeated-failure rule, tested in test_liveness.py, is off here.)
+    learner = make(3, hang_timeout_s=5.0, max_restarts=25, max_failures_without_progress=None)
     sup, rng = learner.sup, random.Random(1234)
     kills, killed_pids = 0, set()
     with sup:

@@ -1,4 +1,6 @@
-"""Weight store: seqlock reads across processes are never a mix of two versions."""
+"""Weight store: reads across processes are never a mix of two versions, on both code paths
+(seqlock alone: x86-64; seqlock + checksum: the default on arm64 and other weak memory
+models), and the checksum alone holds when the seqlock's ordering cannot be trusted."""
 
 from __future__ import annotations
 
@@ -6,10 +8,11 @@ import multiprocessing as mp
 
 import numpy as np
 import pytest
-from runtime_procs import weight_reader, weight_writer
+from runtime_procs import weight_reader, weight_reader_unsynchronized, weight_writer
 
+from unilab.runtime import weights
 from unilab.runtime.shm import SegmentOwner
-from unilab.runtime.weights import WeightLayout, WeightStore
+from unilab.runtime.weights import WeightLayout, WeightStore, checksums_needed
 
 
 @pytest.fixture
@@ -60,13 +63,16 @@ def test_reader_never_returns_a_buffer_being_written(owner: SegmentOwner) -> Non
     assert store.read_if_newer(2) is None  # a whole copy, just not newer than what we have
 
 
-def test_concurrent_writer_never_yields_a_mix_of_versions(owner: SegmentOwner) -> None:
+@pytest.mark.parametrize("checksum", [False, True], ids=["seqlock", "seqlock+checksum"])
+def test_concurrent_writer_never_yields_a_mix_of_versions(
+    owner: SegmentOwner, checksum: bool
+) -> None:
     # 64 KiB of weights: a copy takes long enough that a full-speed writer laps readers.
-    store = WeightStore.create(owner, 16 * 1024)
+    store = WeightStore.create(owner, 16 * 1024, checksum=checksum)
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     min_reads = 300
-    jobs = [(weight_writer, (stop,))] + [(weight_reader, (2.0, min_reads, 20.0))] * 2
+    jobs = [(weight_writer, (stop,))] + [(weight_reader, (1.0, min_reads, 20.0))] * 2
     pipes, procs = [], []
     for target, args in jobs:
         recv, send = ctx.Pipe(duplex=False)
@@ -87,3 +93,53 @@ def test_concurrent_writer_never_yields_a_mix_of_versions(owner: SegmentOwner) -
         assert last_read <= last_written
         print(f"reads {reads}, retries after a collision {retries}")
     print(f"writer published {last_written} versions")
+
+
+def test_checksum_alone_rejects_every_torn_copy(owner: SegmentOwner) -> None:
+    """What a weak memory model can do to the seqlock (data stores landing after the
+    sequence stores) is at worst a reader that ignores it. Such a reader, verifying the
+    checksum, never accepts a torn copy; the control reader beside it, without the
+    checksum, does accept torn copies, so the check can see them."""
+    store = WeightStore.create(owner, 16 * 1024, checksum=True)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    jobs = [
+        (weight_writer, (stop,)),
+        (weight_reader_unsynchronized, (1.0, True)),
+        (weight_reader_unsynchronized, (1.0, False)),
+    ]
+    pipes, procs = [], []
+    for target, args in jobs:
+        recv, send = ctx.Pipe(duplex=False)
+        procs.append(ctx.Process(target=target, args=(store.handle(), *args, send)))
+        pipes.append(recv)
+        procs[-1].start()
+        send.close()
+    verified, control = pipes[1].recv(), pipes[2].recv()
+    stop.set()
+    pipes[0].recv()
+    for proc in procs:
+        proc.join(10)
+        assert proc.exitcode == 0
+    accepted, torn, rejected = verified
+    assert torn == 0 and accepted > 50 and rejected > 0, verified
+    assert control[1] > 0, control  # (accepted, torn, rejected) without the checksum
+
+
+def test_checksum_flag_travels_with_the_segment_and_catches_corruption(
+    owner: SegmentOwner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(weights.platform, "machine", lambda: "arm64")
+    assert checksums_needed()
+    store = WeightStore.create(owner, 64)  # default on a weak memory model: checksums on
+    reader = WeightStore.attach(store.handle())
+    assert store.checksum and reader.checksum
+    store.publish(np.full(64, 3.0, np.float32))
+    store._buffers[1][7] = 4.0  # a store the reader sees although the sequence says done
+    with pytest.raises(TimeoutError, match="no whole copy"):
+        reader.read_if_newer(0, timeout=0.05)
+    assert reader.checksum_rejects > 0
+    monkeypatch.setattr(weights.platform, "machine", lambda: "x86_64")
+    assert not checksums_needed()
+    plain = WeightStore.create(owner, 64, name="plain")
+    assert not WeightStore.attach(plain.handle()).checksum

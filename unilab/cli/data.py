@@ -104,18 +104,21 @@ def format_problems(path: str, problems: list[Problem]) -> str:
 def format_report(report: RepairReport) -> str:
     if not report.changed:
         return f"{report.path}: nothing to repair"
-    lines = [f"{report.path}: repaired"]
-    if report.removed_files:
-        lines.append(f"  removed {len(report.removed_files)} temporary file(s)")
-    if report.recreated:
-        lines.append(f"  recreated missing arrays {report.recreated}")
-    if report.truncated:
-        lines.append(f"  truncated {len(report.truncated)} array(s) to the committed length")
-    if report.after != report.before:
-        lines.append(
-            f"  dropped {report.dropped_episodes} episode(s) / {report.dropped_frames} frame(s): "
-            f"{report.after.episodes} episodes, {report.after.frames} frames remain"
+    head = "plan (dry run, nothing changed)" if report.dry_run else "repaired"
+    lines = [f"{report.path}: {head}", *(f"  - {a}" for a in report.actions)]
+    lines.append(
+        f"  {report.after.episodes} episode(s), {report.after.frames} frame(s) "
+        + ("would remain" if report.dry_run else "remain")
+        + (
+            f" ({report.dropped_episodes} episode(s) quarantined)"
+            if report.dropped_episodes
+            else ""
         )
+    )
+    if report.quarantine_dir:
+        lines.append(f"  quarantine: {report.quarantine_dir}")
+    if report.backup_dir:
+        lines.append(f"  backup of rewritten files: {report.backup_dir}")
     return "\n".join(lines)
 
 
@@ -150,11 +153,21 @@ def _validate(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _repair_arguments(p: argparse.ArgumentParser) -> None:
+    _store_arguments(deep=True)(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument(
+        "--no-backup",
+        action="store_true",
+        help="do not keep copies of the files repair rewrites (quarantine is kept)",
+    )
+
+
 def _repair(args: argparse.Namespace) -> int:
     from unilab.data.repair import repair
 
     with _store_errors():
-        report = repair(args.path, deep=args.deep)
+        report = repair(args.path, deep=args.deep, dry_run=args.dry_run, backup=not args.no_backup)
     print(json.dumps(report.to_json(), indent=1) if args.json else format_report(report))
     return 0
 
@@ -259,9 +272,10 @@ VERBS = [
     ),
     Verb(
         "repair",
-        "restore the longest readable committed prefix (idempotent)",
+        "make a damaged store consistent; what no longer reads is quarantined, "
+        "everything readable is kept (idempotent)",
         _repair,
-        _store_arguments(deep=True),
+        _repair_arguments,
         parent="data",
     ),
     Verb(

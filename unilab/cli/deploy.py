@@ -33,7 +33,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from unilab.deploy.loop import EXIT_SAFETY_STOP, run_deploy
+    from unilab.deploy.loop import SafetyLimits, run_deploy
     from unilab.deploy.onnx_policy import OnnxPolicy
     from unilab.deploy.sim_robot import SimRobot
     from unilab.export.metadata import MetadataError
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             action_clip=meta.action_clip,
             steps=steps,
             speed=args.speed,
-            max_action=args.max_action,
+            limits=SafetyLimits.from_metadata(meta, max_action=args.max_action),
         )
     finally:
         robot.close()
@@ -88,9 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not args.out:
         sys.stdout.write(text)
-    if report.stop_reason == "bad_action":
-        return EXIT_SAFETY_STOP
-    return 0 if report.ok else 130
+    return report.exit_code
 
 
 VERBS = [

@@ -70,6 +70,9 @@ class RuntimeConfig:
     """A worker whose heartbeat is older than this is treated as hung and replaced."""
     wait_timeout_s: float = checked(60.0, gt=0)
     """Longest the learner waits for a chunk before it reports the runtime stalled."""
+    debug_poison: bool = False
+    """Debug: workers refill a ring slot with poison (NaN) each time they take it, so a
+    field a worker leaves unwritten shows up, and the learner's chunk check drops it."""
 
 
 @dataclass

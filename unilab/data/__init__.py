@@ -14,6 +14,7 @@ from unilab.data.episode import EpisodeMeta
 from unilab.data.errors import (
     EpisodeLengthError,
     EpisodeStoreError,
+    MissingDataError,
     NotAStoreError,
     ReadOnlyStoreError,
     SchemaMismatchError,
@@ -34,6 +35,7 @@ __all__ = [
     "EpisodeStoreError",
     "EpisodeWriter",
     "FieldSpec",
+    "MissingDataError",
     "NotAStoreError",
     "Problem",
     "ReadOnlyStoreError",

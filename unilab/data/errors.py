@@ -25,3 +25,9 @@ class StoreLockedError(EpisodeStoreError):
 
 class ReadOnlyStoreError(EpisodeStoreError):
     """A write through a store opened with mode 'r'."""
+
+
+class MissingDataError(EpisodeStoreError):
+    """Committed frames whose stored chunk is gone (or whose field repair quarantined):
+    reading them would return fill values, so the read raises instead. The message names
+    the field, the frames and the episodes."""

@@ -26,7 +26,9 @@ made elsewhere imports by the names above; features it has beyond them are kept 
 `lerobot/<name>` fields.
 
 The export is written to a hidden sibling directory, finalized (a LeRobot v3 dataset is
-unreadable before `finalize()`), and only then renamed into place.
+unreadable before `finalize()`), and only then swapped into place (`dirswap.replace_dir`):
+with `overwrite=True` the old dataset is deleted only after the new one is complete and in
+its place, so a failure or a kill at any point leaves one whole dataset at the target.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from unilab.data.dirswap import replace_dir
 from unilab.data.episode import EpisodeMeta
 from unilab.data.schema import CORE_FIELDS, ENUMS, FieldSpec, StoreSchema
 from unilab.data.store import EpisodeInput, EpisodeStore
@@ -274,9 +277,9 @@ def export_to_lerobot(
                 "source_episodes": ids,
             }
             (tmp / SIDECAR).write_text(json.dumps(sidecar, indent=1))
-            if target.exists():
-                shutil.rmtree(target)
-            os.rename(tmp, target)
+            # The old dataset stays whole until the new one is: one atomic swap (Linux),
+            # then the old one is deleted.
+            replace_dir(tmp, target)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)

@@ -25,6 +25,9 @@ SEGMENTS: tuple[str, ...] = ("none", "progress", "idle", "failure", "recovery")
 
 ENUMS: dict[str, tuple[str, ...]] = {"origin": ORIGINS, "segment": SEGMENTS}
 
+DURABLE_ORIGINS: tuple[str, ...] = ("real", "human")
+"""Origins that cannot be recorded again: appends holding them are fsynced by default."""
+
 ALLOWED_DTYPES = (
     "bool",
     "uint8",

@@ -24,9 +24,11 @@ import zarr
 import zarr.codecs
 from zarr.storage import LocalStore
 
+from unilab.data.chunk_guard import GuardedLocalStore
 from unilab.data.episode import EpisodeMeta, coerce_episode
 from unilab.data.errors import (
     EpisodeStoreError,
+    MissingDataError,
     NotAStoreError,
     ReadOnlyStoreError,
     SchemaMismatchError,
@@ -43,7 +45,7 @@ from unilab.data.layout import (
     read_root,
     write_root,
 )
-from unilab.data.schema import ENUMS, FieldSpec, StoreSchema, fill_value_for
+from unilab.data.schema import DURABLE_ORIGINS, ENUMS, FieldSpec, StoreSchema, fill_value_for
 
 if TYPE_CHECKING:
     from zarr.core.array_spec import ArrayConfigParams
@@ -60,15 +62,21 @@ def _compressors(spec: FieldSpec) -> Any:
     return zarr.codecs.ZstdCodec(level=3, checksum=True)
 
 
-def _open_array(zstore: LocalStore, name: str, mode: str) -> Any:
+def open_array(zstore: LocalStore, name: str, mode: str) -> Any:
+    """Array `name` with the store's write config (a fill-valued chunk is still written)."""
     arr = zarr.open_array(store=zstore, path=name, mode="r" if mode == "r" else "r+")
     return arr.with_config(_ARRAY_CONFIG)
 
 
 class EpisodeStore:
-    """An episode store on disk. Use `EpisodeStore.create` or `EpisodeStore.open`."""
+    """An episode store on disk. Use `EpisodeStore.create` or `EpisodeStore.open`.
 
-    def __init__(self, path: Path, mode: Mode, *, fsync_data: bool = False) -> None:
+    Reads never return fill values for committed frames: a chunk file that has gone
+    missing, or a field that `repair` quarantined, raises `MissingDataError` naming the
+    field, the frames and the episodes.
+    """
+
+    def __init__(self, path: Path, mode: Mode, *, fsync_data: bool | None = None) -> None:
         # Callers use open()/create(); this only wires up an existing store.
         self.path = path
         self.mode: Mode = mode
@@ -81,7 +89,9 @@ class EpisodeStore:
             self.schema = StoreSchema.from_json(self._root["schema"])
             self.commit: Commit = read_commit(self._root)
             self._zstore = LocalStore(path, read_only=(mode == "r"))
+            self._read_zstore = GuardedLocalStore(path, read_only=True)
             self._arrays: dict[str, Any] = {}
+            self._readers: dict[str, Any] = {}
             self._starts: np.ndarray = np.zeros(0, dtype=np.int64)
             self._lengths: np.ndarray = np.zeros(0, dtype=np.int64)
             self._check_lengths()
@@ -153,13 +163,15 @@ class EpisodeStore:
         mode: Mode = "r",
         *,
         schema: StoreSchema | None = None,
-        fsync_data: bool = False,
+        fsync_data: bool | None = None,
     ) -> EpisodeStore:
         """Open a store. mode 'r': read (many readers, also while a writer appends);
         'a': append (creates the store when absent and `schema` is given); 'w': create,
         replacing an existing episode store. `schema`, when given, must match the store's.
         `fsync_data=True` also flushes frame chunks before each commit (power-loss safety;
-        the commit marker itself is always fsynced)."""
+        the commit marker itself is always fsynced); `False` never does; `None` (default)
+        does it for appends holding real-robot or human frames (origin `real`/`human`),
+        which cannot be recorded again, and not for sim/world-model frames."""
         p = Path(path)
         if mode not in ("r", "a", "w"):
             raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
@@ -185,6 +197,7 @@ class EpisodeStore:
             self._lock.release()
             self._lock = None
         self._arrays = {}
+        self._readers = {}
 
     def __enter__(self) -> EpisodeStore:
         return self
@@ -205,13 +218,75 @@ class EpisodeStore:
         arr = self._arrays.get(name)
         if arr is None or arr.shape[0] < min_len:
             try:
-                arr = _open_array(self._zstore, name, self.mode)
+                arr = open_array(self._zstore, name, self.mode)
             except FileNotFoundError:
                 raise EpisodeStoreError(
                     f"{self.path}: array {name!r} is missing; run `unilab data validate`"
                 ) from None
             self._arrays[name] = arr
         return arr
+
+    def _reader(self, name: str, min_len: int) -> Any:
+        """The array `name` opened through the guarded store (for reading committed rows)."""
+        arr = self._readers.get(name)
+        if arr is None or arr.shape[0] < min_len:
+            try:
+                arr = zarr.open_array(store=self._read_zstore, path=name, mode="r")
+            except FileNotFoundError:
+                raise MissingDataError(
+                    f"{self.path}: array {name!r} is missing; run `unilab data validate`"
+                ) from None
+            self._readers[name] = arr
+        return arr
+
+    def _guarded(
+        self, name: str, lo: int, hi: int, read: Any, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Run `read(array)` over committed rows [lo, hi] of `name` (only `rows` of them,
+        when given); raise instead of returning fill values for quarantined rows or chunk
+        files that are gone."""
+        quarantined = self.quarantined_fields.get(name)
+        if quarantined is not None and lo < int(quarantined["frames"]):
+            bad = (lo, min(hi, int(quarantined["frames"]) - 1))
+            raise MissingDataError(
+                f"{self.path}: field {name!r} frames {bad[0]}..{bad[1]} "
+                f"({self._episodes_text(*bad)}) were quarantined by `unilab data repair` "
+                f"({quarantined.get('reason', 'damaged')}); its files are in "
+                f"{quarantined.get('moved_to', 'the quarantine directory')}; the other "
+                "fields are intact"
+            )
+        arr = self._reader(name, hi + 1)
+        data = np.asarray(read(arr))
+        per = arr.chunks[0]
+        chunks = range(lo // per, hi // per + 1) if rows is None else np.unique(rows // per)
+        missing = self._read_zstore.missing_among(name, (int(c) for c in chunks))
+        if missing:
+            c = missing[0]
+            a, b = c * per, min((c + 1) * per, self.num_frames) - 1
+            raise MissingDataError(
+                f"{self.path}: field {name!r} chunk {c} (frames {a}..{b}, "
+                f"{self._episodes_text(a, b)}) is committed but its file is gone "
+                f"({len(missing)} chunk(s) missing in this read); it would read back as fill "
+                "values. Run `unilab data validate` and `unilab data repair`, which keeps "
+                "every episode the damage does not touch"
+            )
+        return data
+
+    def _episodes_text(self, a: int, b: int) -> str:
+        """'episode 4' / 'episodes 4..6' holding frames [a, b]."""
+        ends = self._starts + self._lengths
+        first = int(np.searchsorted(ends, a, side="right"))
+        last = int(np.searchsorted(ends, b, side="right"))
+        last = min(last, len(self) - 1)
+        if first >= len(self):
+            return "no committed episode"
+        return f"episode {first}" if first == last else f"episodes {first}..{last}"
+
+    @property
+    def quarantined_fields(self) -> dict[str, dict[str, Any]]:
+        """Fields whose committed frames [0, frames) repair moved out of the store."""
+        q = self._root.get("quarantine", {})
+        return dict(q.get("fields", {})) if isinstance(q, dict) else {}
 
     def _all_array_names(self) -> list[str]:
         return [*self.schema.fields, *(f"{INDEX_GROUP}/{n}" for n in ("start", "length", "meta"))]
@@ -251,6 +326,7 @@ class EpisodeStore:
             return False
         old = self.commit
         self.commit = commit
+        self._root = root
         self._load_index(min(old.episodes, commit.episodes), commit.episodes)
         self._starts = self._starts[: commit.episodes]
         self._lengths = self._lengths[: commit.episodes]
@@ -298,7 +374,10 @@ class EpisodeStore:
             raise IndexError(
                 f"frames [{start}, {stop}) are outside the committed range [0, {self.num_frames})"
             )
-        return np.asarray(self._array(name, stop)[start:stop])
+        if stop == start:
+            spec = self.schema.fields[name]
+            return np.zeros((0, *spec.shape), dtype=spec.dtype)
+        return self._guarded(name, start, stop - 1, lambda arr: arr[start:stop])
 
     def read_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Committed frames at arbitrary indices `rows` (any shape) of field `name`; each
@@ -315,7 +394,9 @@ class EpisodeStore:
                 f"frames [{lo}, {hi}] are outside the committed range [0, {self.num_frames})"
             )
         unique, inverse = np.unique(rows, return_inverse=True)
-        data = np.asarray(self._array(name, hi + 1).get_orthogonal_selection((unique,)))
+        data = self._guarded(
+            name, lo, hi, lambda arr: arr.get_orthogonal_selection((unique,)), unique
+        )
         return data[inverse.reshape(rows.shape)]
 
     def episode(self, i: int, fields: Iterable[str] | None = None) -> dict[str, np.ndarray]:
@@ -376,7 +457,7 @@ class EpisodeStore:
         self._write_rows(f"{INDEX_GROUP}/start", e0, e1, starts)
         self._write_rows(f"{INDEX_GROUP}/length", e0, e1, lengths)
         self._write_rows(f"{INDEX_GROUP}/meta", e0, e1, np.array(meta_json, dtype=object))
-        if self.fsync_data:
+        if self._durable(checked):
             self._fsync_rows(f0, f1, e0, e1)
 
         new = Commit(f1, e1, self.commit.seq + 1)
@@ -387,6 +468,13 @@ class EpisodeStore:
         self._starts = np.concatenate([self._starts, starts])
         self._lengths = np.concatenate([self._lengths, lengths])
         return list(range(e0, e1))
+
+    def _durable(self, checked: list[dict[str, np.ndarray]]) -> bool:
+        """fsync this append's data? `fsync_data`, or by default: it holds real/human frames."""
+        if self.fsync_data is not None:
+            return bool(self.fsync_data)
+        codes = [ENUMS["origin"].index(o) for o in DURABLE_ORIGINS]
+        return any(bool(np.isin(c["origin"], codes).any()) for c in checked)
 
     def _write_rows(self, name: str, a: int, b: int, data: np.ndarray) -> None:
         arr = self._array(name)

@@ -26,7 +26,9 @@ DEEP_BLOCK_BYTES = 64 * 1024 * 1024
 class Problem:
     """One integrity problem. `kind` is one of: uncommitted_tail, temp_file (harmless
     leftovers of an interrupted append), missing_array, schema, short_array, missing_chunk,
-    unreadable_chunk, index, bad_value (damage: committed data is not fully readable)."""
+    unreadable_chunk, index, bad_value (damage: committed data is not fully readable),
+    quarantined_field (a field whose older frames `repair` moved out of the store; reads of
+    them raise, the other fields are whole)."""
 
     kind: str
     where: str
@@ -63,24 +65,26 @@ def chunk_file(path: Path, name: str, arr: Any, chunk: int) -> Path:
     return path / name / key
 
 
-def first_missing_chunk(path: Path, name: str, arr: Any, rows: int) -> int | None:
-    """Index of the first chunk within rows [0, rows) that has no file, else None."""
+def first_missing_chunk(path: Path, name: str, arr: Any, rows: int, start: int = 0) -> int | None:
+    """Index of the first chunk within rows [start, rows) that has no file, else None."""
     per = arr.chunks[0]
-    for c in range(-(-rows // per)):
+    if start >= rows:
+        return None
+    for c in range(start // per, -(-rows // per)):
         if not chunk_file(path, name, arr, c).exists():
             return c
     return None
 
 
 def first_unreadable_row(
-    arr: Any, rows: int, enum: tuple[str, ...] | None
+    arr: Any, rows: int, enum: tuple[str, ...] | None, start: int = 0
 ) -> tuple[int, str, str] | None:
-    """Decode rows [0, rows) block by block: (first bad row, problem kind, reason) for the
-    first chunk that fails to decode or (enum columns) holds an out-of-range code."""
+    """Decode rows [start, rows) block by block: (first bad row, problem kind, reason) for
+    the first chunk that fails to decode or (enum columns) holds an out-of-range code."""
     per = arr.chunks[0]
     row_bytes = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize)
     block = max(per, (DEEP_BLOCK_BYTES // row_bytes) // per * per)
-    for a in range(0, rows, block):
+    for a in range(start // per * per if start < rows else rows, rows, block):
         b = min(rows, a + block)
         try:
             data = np.asarray(arr[a:b])
@@ -126,6 +130,16 @@ def validate(path: str | os.PathLike[str], *, deep: bool = False) -> list[Proble
         )
         for f in temp_files(p)
     ]
+    quarantine = root.get("quarantine", {}).get("fields", {})
+    for name, q in quarantine.items():
+        problems.append(
+            Problem(
+                "quarantined_field",
+                name,
+                f"frames 0..{int(q['frames']) - 1} were moved out by repair ({q.get('reason')}) "
+                f"to {q.get('moved_to')}; reading them raises",
+            )
+        )
     arrays: dict[str, Any] = {}
     for name in [*schema.fields, *index_arrays()]:
         rows = commit.episodes if name.startswith(INDEX_GROUP) else commit.frames
@@ -155,7 +169,8 @@ def validate(path: str | os.PathLike[str], *, deep: bool = False) -> list[Proble
         elif have < rows:
             problems.append(Problem("short_array", name, f"holds {have} rows; {rows} committed"))
         checked = min(have, rows)
-        miss = first_missing_chunk(p, name, arr, checked)
+        skip = int(quarantine[name]["frames"]) if name in quarantine else 0
+        miss = first_missing_chunk(p, name, arr, checked, skip)
         if miss is not None:
             problems.append(
                 Problem(
@@ -166,7 +181,7 @@ def validate(path: str | os.PathLike[str], *, deep: bool = False) -> list[Proble
                 )
             )
         elif deep and name != f"{INDEX_GROUP}/meta":
-            bad = first_unreadable_row(arr, checked, ENUMS.get(name))
+            bad = first_unreadable_row(arr, checked, ENUMS.get(name), skip)
             if bad is not None:
                 problems.append(Problem(bad[1], name, bad[2]))
     problems += _index_problems(p, arrays, commit, deep)
@@ -224,12 +239,19 @@ def disk_bytes(path: Path) -> int:
 
 def info(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A summary of the store: counts, schema, origins, success, tasks, size on disk."""
+    from unilab.data.errors import MissingDataError
     from unilab.data.store import EpisodeStore
 
     p = Path(path)
     with EpisodeStore.open(p, "r") as store:
-        origin = store.read("origin") if store.num_frames else np.zeros(0, np.uint8)
-        interventions = int(store.read("is_intervention").sum()) if store.num_frames else 0
+        try:
+            origin = store.read("origin") if store.num_frames else np.zeros(0, np.uint8)
+        except MissingDataError:  # a damaged or quarantined column: summarise the rest
+            origin = np.zeros(0, np.uint8)
+        try:
+            interventions = int(store.read("is_intervention").sum()) if store.num_frames else 0
+        except MissingDataError:
+            interventions = -1
         metas = store.all_meta()
         lengths = store.lengths
         origins = Counter(ENUMS["origin"][int(c)] for c in np.unique(origin))

@@ -62,6 +62,12 @@ class PolicyMetadata:
     sim_config: dict[str, Any] = field(default_factory=dict)
     checkpoint: dict[str, Any] = field(default_factory=dict)
     """file, iteration and env_steps of the checkpoint the weights come from."""
+    max_action_delta: float | None = None
+    """Deploy: largest change of an action entry between two control steps (policy units);
+    None: not rate-limited."""
+    obs_bounds: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Deploy: per observation group, [low, high] (each a number or one per entry); an
+    observation outside them stops the deploy loop."""
     unilab_version: str = ""
     format_version: int = FORMAT_VERSION
 

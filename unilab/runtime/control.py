@@ -1,9 +1,12 @@
-"""Run control in shared memory: a stop flag and one heartbeat word per worker.
+"""Run control in shared memory: a stop flag, the learner's heartbeat, and one heartbeat
+word per worker.
 
 Plain words instead of multiprocessing Events or Locks: a worker SIGKILLed while holding a
 multiprocessing lock would leave it held forever; a word in shared memory cannot be held.
 Heartbeats are time.monotonic() values; CLOCK_MONOTONIC is system-wide, so the supervisor
-can compare them with its own clock.
+can compare them with its own clock. The learner beats each time its loop polls the
+supervisor; workers compare that beat with `learner_stall_s` to notice a learner that
+stopped pulling chunks (a stuck update) and say so.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class ControlBlock:
         self.num_workers = num_workers
         self._segment = segment
         self._flags = segment.array(np.int64, (8,), 0)
+        # word 1: learner heartbeat, word 2: learner_stall_s (float64 in the header line)
+        self._learner = segment.array(np.float64, (2,), 8)
         self._beats = segment.array(np.float64, (num_workers,), _HEADER_BYTES)
 
     @classmethod
@@ -53,6 +58,21 @@ class ControlBlock:
 
     def stop_requested(self) -> bool:
         return bool(self._flags[0])
+
+    def learner_beat(self) -> None:
+        self._learner[0] = time.monotonic()
+
+    def learner_last_beat(self) -> float:
+        """time.monotonic() of the learner's last poll (0: not yet)."""
+        return float(self._learner[0])
+
+    def set_learner_stall_s(self, seconds: float) -> None:
+        self._learner[1] = seconds
+
+    @property
+    def learner_stall_s(self) -> float:
+        """Workers report a learner silent for longer than this (0: never)."""
+        return float(self._learner[1])
 
     def beat(self, worker_id: int) -> None:
         self._beats[worker_id] = time.monotonic()

@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from unilab.config.schema import Config
+from unilab.runtime.chunk_check import ChunkCheck
 from unilab.runtime.fields import FieldSpecs
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
 from unilab.runtime.source import ChunkSource
-from unilab.runtime.supervisor import Supervisor, WorkerEvent
+from unilab.runtime.supervisor import Supervisor, WorkerEvent, WorkersFailing
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_stats import WorkerStats
 
@@ -41,10 +42,6 @@ _POLL_S = 0.02
 
 class RuntimeStalled(RuntimeError):
     """No chunk arrived within runtime.wait_timeout_s."""
-
-
-class WorkersFailing(RuntimeError):
-    """A worker keeps failing before it delivers anything: restarting will not help."""
 
 
 # A worker that fails this many times in a row without delivering a chunk stops the run
@@ -97,10 +94,15 @@ class LearnerRuntime:
                 rt.chunk_len,
                 rt.slots_per_worker,
                 owner=self.owner,
+                debug_poison=rt.debug_poison,
             )
         self.source: ChunkSource = source
         """Where chunks come from; the learner reads nothing else."""
         self.chunk_len = int(rt.chunk_len)
+        self.chunk_check = ChunkCheck(
+            rt.num_workers, source.worker_of if isinstance(source, RingBuffer) else None
+        )
+        """Header and finiteness check of every chunk before it can reach an update."""
         self.weights = WeightStore.create(self.owner, actor_floats)
         self.stats = WorkerStats.create(self.owner, rt.num_workers)
         # the cores this run may use, taken before anyone pins (runtime.pin_cpus)
@@ -185,6 +187,9 @@ class LearnerRuntime:
                 )
             for slot in ready:
                 header = self.source.header(slot)
+                if not self.chunk_check.accept(slot, header, self.source.views(slot), self.version):
+                    self.source.release(slot)  # never learned from; counted in chunk_check
+                    continue
                 self._failures_without_chunk[header.worker_id] = 0
                 staleness = self.version - header.policy_version
                 if self.sync:

@@ -90,6 +90,7 @@ class RingBuffer:
         self._ready = SlotPipe()
         self._free = [SlotPipe() for _ in range(num_workers)]
         self._pending: collections.deque[int] = collections.deque()
+        self._received_from = [0] * num_workers
         self._closed = False
         self._stats = {
             "chunks_received": 0,
@@ -157,6 +158,7 @@ class RingBuffer:
                 self._stats["ignored_ids"] += 1
                 continue
             self._headers[slot, H_STATE] = SlotState.READING
+            self._received_from[self.layout.worker_of(slot)] += 1
             out.append(slot)
         self._stats["chunks_received"] += len(out)
         return out
@@ -201,6 +203,16 @@ class RingBuffer:
                 self._stats["recovered_published"] += 1
         self._stats["discarded_unpublished"] += discarded
         return discarded
+
+    def delivered_by(self, worker_id: int) -> int:
+        """Chunks worker `worker_id` has published so far (all its processes): those the
+        learner took plus those waiting for it."""
+        waiting = sum(
+            1
+            for slot in self.layout.slots_of(worker_id)
+            if self._headers[slot, H_STATE] == SlotState.PUBLISHED
+        )
+        return self._received_from[worker_id] + waiting
 
     def slot_states(self) -> list[SlotState]:
         return [SlotState(int(s)) for s in self._headers[:, H_STATE]]

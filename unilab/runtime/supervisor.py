@@ -5,15 +5,24 @@ passed). A worker that exited abnormally, or whose heartbeat is older than `hang
 (older than `start_timeout_s` before its first beat, and after it marked itself exiting),
 is killed if needed, reaped, its unpublished ring slots are discarded, and a replacement
 starts with a fresh seed.
+
+Repeated failures end the run: a worker id whose processes die, hang or raise
+`max_failures_without_progress` times in a row without publishing a chunk raises
+`WorkersFailing` (a bad task config fails the same way every time; restarting will not
+help), and `max_restarts` bounds restarts of all kinds. A `LearnerWatchdog` thread notices
+a learner loop that stopped polling (logged by it and by the workers) and makes sure a
+SIGINT/SIGTERM stops the run within `stop_deadline_s`.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +35,7 @@ from typing import Any
 from unilab.runtime.control import NOT_STARTED, ControlBlock
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner, sweep_stale_segments
+from unilab.runtime.watchdog import LearnerWatchdog
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_base import (
     WORKER_IGNORED_SIGNALS,
@@ -39,6 +49,11 @@ log = logging.getLogger("unilab.runtime")
 
 class WorkerFailure(RuntimeError):
     """Workers keep failing: the restart budget is spent."""
+
+
+class WorkersFailing(WorkerFailure):
+    """A worker keeps failing (dying, hanging or raising) before it delivers anything:
+    restarting will not help."""
 
 
 @dataclass(frozen=True)
@@ -98,9 +113,21 @@ class Supervisor:
         hang_timeout_s: float = 1.0,
         start_timeout_s: float = 60.0,
         max_restarts: int | None = 100,
+        max_failures_without_progress: int | None = 3,
         poll_interval_s: float = 0.02,
         sweep_stale: bool = True,
+        learner_stall_s: float = 30.0,
+        stop_escalate_s: float | None = 5.0,
+        stop_deadline_s: float | None = 9.0,
+        watchdog: bool = True,
     ) -> None:
+        """`max_failures_without_progress`: failures in a row (deaths, hangs, exceptions) of
+        one worker id without a chunk published in between that end the run with
+        `WorkersFailing` (needs `ring` to see chunks; None: off). `learner_stall_s`: the
+        learner loop not polling for this long is logged, by the supervisor's watchdog
+        thread and by the workers. After SIGINT/SIGTERM, a run that has not begun
+        `shutdown` is interrupted once more at `stop_escalate_s` and ended, workers and
+        shared memory included, at `stop_deadline_s` (None: never); see watchdog.py."""
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if ring is not None and ring.num_workers != num_workers:
@@ -120,7 +147,23 @@ class Supervisor:
         self.hang_timeout_s = hang_timeout_s
         self.start_timeout_s = start_timeout_s
         self.max_restarts = max_restarts
+        self.max_failures_without_progress = max_failures_without_progress
+        self.learner_stall_s = learner_stall_s
         self.poll_interval_s = poll_interval_s
+        self._failures_without_progress = [0] * num_workers
+        self._delivered_at_start = [0] * num_workers
+        self._learner_seen = time.monotonic()
+        self._watchdog = (
+            LearnerWatchdog(
+                lambda: self._learner_seen,
+                self._emergency_exit,
+                learner_stall_s=learner_stall_s,
+                escalate_s=stop_escalate_s,
+                deadline_s=stop_deadline_s,
+            )
+            if watchdog
+            else None
+        )
         self._sweep_stale = sweep_stale
         self._mp = mp.get_context("spawn")
         self._control: ControlBlock | None = None
@@ -143,10 +186,15 @@ class Supervisor:
             for name in sweep_stale_segments():
                 log.warning("removed shared memory left by a dead run: /dev/shm/%s", name)
         self._control = ControlBlock.create(self.owner, self.num_workers)
+        self._control.set_learner_stall_s(self.learner_stall_s)
+        self._control.learner_beat()
+        self._learner_seen = time.monotonic()
         atexit.register(self.shutdown)
         self._state = "running"
         for worker_id in range(self.num_workers):
             self._start_worker(worker_id)
+        if self._watchdog is not None:
+            self._watchdog.start()
         return self
 
     def __enter__(self) -> Supervisor:
@@ -160,6 +208,8 @@ class Supervisor:
         if self._state == "stopped":
             return
         self._state = "stopping"
+        if self._watchdog is not None:
+            self._watchdog.shutting_down()
         if self._control is not None:
             self._control.request_stop()
         deadline = time.monotonic() + timeout
@@ -184,7 +234,24 @@ class Supervisor:
             self._control.close()
         self.owner.unlink_all()
         atexit.unregister(self.shutdown)
+        if self._watchdog is not None:
+            self._watchdog.stop()
         self._state = "stopped"
+
+    def _emergency_exit(self, code: int) -> None:
+        """From the watchdog thread, when the main thread will not stop: stop and kill the
+        workers, unlink the run's memory, exit. (No checkpoint: the learner is stuck.)"""
+        if self._control is not None:
+            self._control.request_stop()
+        for proc in list(self._procs):
+            if proc is not None and proc.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        self.owner.unlink_all()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
     # -- watching ------------------------------------------------------------------------
 
@@ -193,8 +260,11 @@ class Supervisor:
         if self._state != "running":
             return []
         now = time.monotonic()
+        self._learner_seen = now
         if not force and now - self._last_poll < self.poll_interval_s:
             return []
+        assert self._control is not None
+        self._control.learner_beat()
         self._last_poll = now
         assert self._control is not None
         events: list[WorkerEvent] = []
@@ -233,6 +303,8 @@ class Supervisor:
         self.counts["discarded_chunks"] += discarded
         self.counts[{"died": "deaths", "hung": "hangs", "exited": "exits"}[kind]] += 1
         restart = kind != "exited"
+        if restart:
+            self._count_failure(worker_id, kind)
         if kind == "exited":
             log.info("worker %d (pid %s) finished", worker_id, pid)
         else:
@@ -252,6 +324,24 @@ class Supervisor:
             self._generation[worker_id] += 1
             self._start_worker(worker_id)
         return WorkerEvent(kind, worker_id, generation, pid, exitcode, discarded, restart)
+
+    def _count_failure(self, worker_id: int, kind: str) -> None:
+        """Apply the repeated-failure rule: deaths and hangs alike count, unless the failed
+        process published a chunk (then the count starts over)."""
+        if self.ring is None or self.max_failures_without_progress is None:
+            return
+        delivered = self.ring.delivered_by(worker_id)
+        if delivered > self._delivered_at_start[worker_id]:
+            self._failures_without_progress[worker_id] = 0
+        self._failures_without_progress[worker_id] += 1
+        self._delivered_at_start[worker_id] = delivered
+        count = self._failures_without_progress[worker_id]
+        if count >= self.max_failures_without_progress:
+            last = self.errors[-1] if self.errors else "(no traceback)"
+            raise WorkersFailing(
+                f"worker {worker_id} failed {count} times in a row ({kind} last) without "
+                f"delivering a chunk; restarting will not help. Last error:\n{last}"
+            )
 
     def _collect_errors(self, worker_id: int, *, until_eof: bool = False) -> list[WorkerEvent]:
         conn = self._error_conns[worker_id]

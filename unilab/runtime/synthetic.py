@@ -6,8 +6,10 @@ without MuJoCo. Every element is a known function of (worker, generation, seq, t
 
 Config keys (all optional): ``step_sleep_s`` (sleep after each step, so kills land
 mid-chunk), ``max_chunks``, ``fail_worker`` / ``fail_generation`` / ``fail_at_seq`` (raise
-RuntimeError there), ``skip_last_step`` (publish without writing the last step: a bug the
-checker must catch).
+RuntimeError there), ``hang_worker`` / ``hang_at_seq`` (that worker, in every generation,
+stops heartbeating before it publishes chunk ``hang_at_seq``: a hang),
+``skip_last_step`` (publish without writing the last step: a bug the checker must catch),
+``nan_at_seq`` (write NaN into the first key of that chunk: a corrupted chunk).
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def synthetic_worker_main(ctx: WorkerContext) -> None:
     )
     fail_at_seq = cfg.get("fail_at_seq")
     skip_last = bool(cfg.get("skip_last_step", False))
+    hang_at = cfg.get("hang_at_seq") if cfg.get("hang_worker") == ctx.worker_id else None
+    nan_at = cfg.get("nan_at_seq")
     n_envs, chunk_len = ctx.ring.n_envs, ctx.ring.chunk_len
     version, params = 0, None
     seq = 0
@@ -98,5 +102,9 @@ def synthetic_worker_main(ctx: WorkerContext) -> None:
                 time.sleep(step_sleep_s)
         if fail_here and seq == fail_at_seq:
             raise RuntimeError(f"synthetic failure in worker {ctx.worker_id} at seq {seq}")
+        if hang_at is not None and seq == hang_at:
+            time.sleep(3600)  # no heartbeat: the supervisor must find this hang
+        if nan_at is not None and seq == nan_at:
+            views["key"][0, 0, 0] = np.nan
         ctx.ring.publish(slot, seq, version, (seq + 1) * chunk_len * n_envs)
         seq += 1

@@ -1,22 +1,32 @@
 """Double-buffered shared weight block with a seqlock: one writer, many readers, no locks.
 
 Control words (int64): LATEST (newest complete version), and per buffer b in {0, 1} a
-sequence counter SEQ[b] and the version VER[b] it holds. Version v goes to buffer v % 2:
+sequence counter SEQ[b], the version VER[b] it holds and a checksum CHK[b] of that version
+number and its data. Version v goes to buffer v % 2:
 
-    writer:  SEQ[b] += 1 (odd) ; copy data ; VER[b] = v ; SEQ[b] += 1 (even) ; LATEST = v
-    reader:  v = LATEST ; b = v % 2 ; s1 = SEQ[b] ; copy data ; u = VER[b] ; s2 = SEQ[b]
-             the copy is whole iff s1 == s2 and s1 is even; it then holds version u
+    writer:  SEQ[b] += 1 (odd) ; copy data ; CHK[b] = crc(v, data) ; VER[b] = v ;
+             SEQ[b] += 1 (even) ; LATEST = v
+    reader:  v = LATEST ; b = v % 2 ; s1 = SEQ[b] ; copy data ; u = VER[b] ; c = CHK[b] ;
+             s2 = SEQ[b] ; the copy is whole iff s1 == s2, s1 is even, and (with checksums)
+             crc(u, copy) == c; it then holds version u
 
 The writer always writes the buffer *not* holding LATEST, so a reader only retries when the
 writer laps it (publishes twice during one read). The stores happen in program order in
-separate C calls; x86-64 keeps stores and loads in order (TSO), which this relies on. On a
-weaker memory model (aarch64) an explicit fence would be needed; see docs/decisions/0004.
+separate C calls, and Python has no memory fence. x86-64 keeps stores, and loads, in order
+(TSO), so there the seqlock alone is exact. Weaker memory models (aarch64: Apple silicon,
+Graviton, Jetson) may make the data stores visible after the sequence stores, or let the
+reader's loads pass each other; there the reader verifies the checksum, which does not
+depend on any ordering: a copy is accepted only if it is, byte for byte, a version the
+writer published, under that version's number. Checksums are on by default everywhere but
+x86-64 (`WeightStore.create(checksum=...)`); the cost is measured in docs/decisions/0061.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,8 +37,23 @@ from unilab.runtime.shm import Segment, SegmentOwner
 _LATEST = 0
 _SEQ = (1, 2)
 _VER = (3, 4)
+_CHK = (5, 6)
+_FLAGS = 7  # bit 0: the writer stores checksums
 _CONTROL_BYTES = 64
 DTYPE = np.dtype(np.float32)
+TSO_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
+"""`platform.machine()` values with total store order: the seqlock alone is exact there."""
+
+
+def checksums_needed() -> bool:
+    """True on machines whose memory model may reorder stores (everything but x86)."""
+    return platform.machine().lower() not in TSO_MACHINES
+
+
+def weights_checksum(version: int, data: np.ndarray) -> int:
+    """CRC-32 of the version number followed by the float32 data (as stored in CHK)."""
+    head = zlib.crc32(int(version).to_bytes(8, "little", signed=True))
+    return zlib.crc32(np.ascontiguousarray(data).view(np.uint8).data, head)
 
 
 @dataclass(frozen=True)
@@ -89,7 +114,8 @@ class WeightHandle:
 class WeightStore:
     """Create with `WeightStore.create` (learner), attach with `WeightStore.attach` (workers).
 
-    Exactly one process may `publish`; any number may `read_if_newer`.
+    Exactly one process may `publish`; any number may `read_if_newer`. `checksum` (set by
+    the creator, seen by every attacher) makes readers verify each copy (see module doc).
     """
 
     def __init__(self, segment: Segment, layout: WeightLayout, *, writer: bool = True) -> None:
@@ -103,18 +129,30 @@ class WeightStore:
             segment.array(DTYPE, (self.num_floats,), _CONTROL_BYTES + b * stride) for b in (0, 1)
         ]
         self._written = int(self._control[_LATEST])
+        self.checksum = bool(int(self._control[_FLAGS]) & 1)
         self.retries = 0  # reader collisions with the writer, for diagnostics
+        self.checksum_rejects = 0  # copies the seqlock passed and the checksum did not
 
     @classmethod
     def create(
-        cls, owner: SegmentOwner, layout: WeightLayout | int, *, name: str = "weights"
+        cls,
+        owner: SegmentOwner,
+        layout: WeightLayout | int,
+        *,
+        name: str = "weights",
+        checksum: bool | None = None,
     ) -> WeightStore:
+        """`checksum`: None (default) turns it on where the memory model needs it
+        (`checksums_needed()`: not x86-64); True/False force it either way."""
         if isinstance(layout, int | np.integer):
             layout = WeightLayout.flat(int(layout))
         if layout.num_floats < 1:
             raise ValueError("a weight store needs at least one float")
         size = _CONTROL_BYTES + 2 * _buffer_stride(layout.num_floats)
-        return cls(owner.create(name, size), layout)
+        segment = owner.create(name, size)
+        use = checksums_needed() if checksum is None else bool(checksum)
+        segment.array(np.int64, (8,), 0)[_FLAGS] = int(use)
+        return cls(segment, layout)
 
     @classmethod
     def attach(cls, handle: WeightHandle, *, writer: bool = False) -> WeightStore:
@@ -143,6 +181,8 @@ class WeightStore:
         control = self._control
         control[_SEQ[b]] += 1  # odd: buffer b is being written
         self._buffers[b][:] = flat_params
+        if self.checksum:
+            control[_CHK[b]] = weights_checksum(version, self._buffers[b])
         control[_VER[b]] = version
         control[_SEQ[b]] += 1  # even: buffer b is whole again
         control[_LATEST] = version
@@ -154,8 +194,8 @@ class WeightStore:
     ) -> tuple[int, np.ndarray] | None:
         """(version, copy) when a version newer than `last_version` exists, else None.
 
-        The copy is never torn. `out` (float32, num_floats) avoids an allocation; the
-        returned array is then `out` itself.
+        The copy is never torn (and, with checksums, never torn on any memory model).
+        `out` (float32, num_floats) avoids an allocation; the returned array is then `out`.
         """
         if out is None:
             out = np.empty(self.num_floats, DTYPE)
@@ -172,8 +212,11 @@ class WeightStore:
             if not seq_before & 1:
                 out[:] = self._buffers[b]
                 held = int(control[_VER[b]])
+                stored = int(control[_CHK[b]])
                 if int(control[_SEQ[b]]) == seq_before:
-                    return (held, out) if held > last_version else None
+                    if not self.checksum or weights_checksum(held, out) == stored:
+                        return (held, out) if held > last_version else None
+                    self.checksum_rejects += 1
             self.retries += 1
             if deadline is None:
                 deadline = time.monotonic() + timeout

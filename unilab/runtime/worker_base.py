@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from unilab.runtime.ring_writer import RingWriter
 from unilab.runtime.weights import WeightHandle, WeightStore
 
 _PARENT_CHECK_S = 0.25
+log = logging.getLogger("unilab.runtime")
 WORKER_IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
 
@@ -66,6 +68,7 @@ class WorkerContext:
         self.ring = RingWriter(launch.ring, launch.generation) if launch.ring else None
         self.weights = WeightStore.attach(launch.weights) if launch.weights else None
         self._next_parent_check = 0.0
+        self._learner_stalled_since: float | None = None
 
     @property
     def num_envs(self) -> int:
@@ -80,6 +83,31 @@ class WorkerContext:
             self._next_parent_check = now + _PARENT_CHECK_S
             if os.getppid() != self._parent_pid:
                 raise StopRequested("parent process exited")
+            self._watch_learner(now)
+
+    def _watch_learner(self, now: float) -> None:
+        """Log once when the learner stops pulling chunks for `learner_stall_s`, and once
+        when it is back (a worker's stderr is where an operator looks)."""
+        limit = self._control.learner_stall_s
+        beat = self._control.learner_last_beat()
+        if limit <= 0 or beat <= 0:
+            return
+        silent = now - beat
+        if silent > limit and self._learner_stalled_since is None:
+            self._learner_stalled_since = beat
+            log.warning(
+                "worker %d: the learner has not pulled a chunk for %.0f s (a stuck update?); "
+                "waiting",
+                self.worker_id,
+                silent,
+            )
+        elif silent <= limit and self._learner_stalled_since is not None:
+            log.warning(
+                "worker %d: the learner is pulling again after %.0f s",
+                self.worker_id,
+                beat - self._learner_stalled_since,
+            )
+            self._learner_stalled_since = None
 
     def mark_exiting(self) -> None:
         """Tell the supervisor this worker is ending, so a slow exit is not a hang."""
