@@ -72,7 +72,7 @@ def make_driver(spec: str, **options: Any) -> RobotDriver:
 
         cams = options.get("cameras") or ()
         return SimDriver(
-            rest,
+            {"name": rest, **dict(options.get("task_overrides") or {})},
             seed=int(options.get("seed", 0)),
             cameras=tuple(cams),
             max_step_fraction=float(options.get("max_step_fraction", 0.25)),
@@ -396,8 +396,10 @@ class RobotHost:
                 wd = self.watchdog.deadline() if self.mode == RUNNING else None
                 if wd is not None:
                     deadline = min(deadline, wd)
-                wait_ms = (deadline - now) * 1e3
-                if wait_ms > 0 and poller.poll(max(1, math.ceil(wait_ms)) if wait_ms >= 1 else 0):
+                # Always look at the socket, even when a tick is overdue: commands that
+                # arrived while this process was descheduled must reach the watchdog first.
+                wait_ms = max(0, math.ceil((deadline - now) * 1e3))
+                if poller.poll(wait_ms):
                     for _ in range(DRAIN_LIMIT):
                         try:
                             parts = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
@@ -435,9 +437,16 @@ def run_robot_host(
     max_ticks: int | None = None,
     duration_s: float | None = None,
     ready_file: str | None = None,
+    task_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the driver, connect, bind, and run the host loop; returns final counters."""
-    driver = make_driver(robot, seed=seed, cameras=cameras, max_step_fraction=max_step_fraction)
+    driver = make_driver(
+        robot,
+        seed=seed,
+        cameras=cameras,
+        max_step_fraction=max_step_fraction,
+        task_overrides=task_overrides,
+    )
     driver.connect()
     sockets = None
     try:
@@ -501,7 +510,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-ticks", type=int, default=None, help="stop after N ticks (tests)")
     p.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     p.add_argument("--ready-file", default=None, help="write the bound endpoints here when ready")
+    p.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="sim: task config override, e.g. --task episode_length_s=2",
+    )
     return p
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RobotHostError(f"--task {item!r}: expected KEY=VALUE, e.g. episode_length_s=2")
+        out[key.removeprefix("task.")] = _value(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
             max_ticks=args.max_ticks,
             duration_s=args.duration,
             ready_file=args.ready_file,
+            task_overrides=parse_overrides(args.task),
         )
     except (RobotHostError, KeyFileError, zmq.ZMQError) as exc:
         print(f"unilab robot-host: error: {exc}", file=sys.stderr)

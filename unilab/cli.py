@@ -156,6 +156,27 @@ def cmd_data(args: argparse.Namespace) -> int:
     return data_main(list(args.rest))
 
 
+def cmd_hil_verbs(args: argparse.Namespace) -> int:
+    rest = list(args.rest)
+    if args.verb == "robot-host":
+        from unilab.teleop.robot_host import main as run
+
+        return run(rest)
+    sub_verb = {"hil": "run", "teleop": "keygen"}[args.verb]
+    if not rest or rest[0] in ("-h", "--help"):
+        print(f"usage: unilab {args.verb} {sub_verb} [options]  (see `unilab {args.verb} {sub_verb} --help`)")
+        return 0 if rest else EXIT_BAD_INPUT
+    if rest[0] != sub_verb:
+        raise ConfigError(f"unknown subcommand {rest[0]!r}; valid: {sub_verb}")
+    if args.verb == "hil":
+        from unilab.teleop.station import main as station
+
+        return station(rest[1:])
+    from unilab.teleop.keys import main as keygen
+
+    return keygen(rest[1:])
+
+
 def _not_yet(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:
     def run(_: argparse.Namespace) -> int:
         raise NotAvailableError(
@@ -345,6 +366,17 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("data", help="episode store tools: info, validate, repair", add_help=False)
     q.add_argument("rest", nargs=argparse.REMAINDER)
     q.set_defaults(func=cmd_data)
+
+    # HIL verbs (issue 18): thin pass-throughs to unilab.teleop entry points.
+    for verb, text in (
+        ("robot-host", "run a robot host: driver, safety filter, watchdog behind CurveZMQ"),
+        ("hil", "hil run: operator station (policy, teleop takeover, recording)"),
+        ("teleop", "teleop keygen: make CurveZMQ key pairs"),
+    ):
+        # prefix_chars="+": every token, --help included, goes to the verb's own parser.
+        q = sub.add_parser(verb, help=text, add_help=False, prefix_chars="+")
+        q.add_argument("rest", nargs=argparse.REMAINDER)
+        q.set_defaults(func=cmd_hil_verbs)
     return parser
 
 
