@@ -88,6 +88,7 @@ class HostSockets:
     status: zmq.Socket[Any]
     command_endpoint: str
     status_endpoint: str
+    own_context: bool = False
 
     @classmethod
     def bind(
@@ -124,7 +125,15 @@ class HostSockets:
             pub.close(0)
             auth.stop()
             raise
-        return cls(ctx, auth, router, pub, router.getsockopt_string(zmq.LAST_ENDPOINT), status)
+        return cls(
+            ctx,
+            auth,
+            router,
+            pub,
+            router.getsockopt_string(zmq.LAST_ENDPOINT),
+            status,
+            own_context=context is None,
+        )
 
     def reload_allowlist(self, allow_dir: str | os.PathLike[str]) -> None:
         """Re-read the allowlist (after adding or removing a client key)."""
@@ -135,6 +144,8 @@ class HostSockets:
         self.command.close(0)
         self.status.close(0)
         self.authenticator.stop()
+        if self.own_context:
+            self.context.term()
 
 
 class StatusSubscriber:
