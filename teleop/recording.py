@@ -115,10 +115,17 @@ class InterventionRecorder:
         self.session_episode = 0
         self.stats = RecordingStats()
         self._sent: dict[int, _Sent] = {}
+        self._first_episode = 0
 
     def note_command(self, answers: int, seq: int, action: np.ndarray, source: str, operator: str) -> None:
         """The command the station sent answering status tick `answers`."""
         self._sent[int(answers)] = _Sent(int(seq), np.array(action, np.float32), source, operator)
+
+    def skip_until_episode(self, episode: int) -> None:
+        """Ignore statuses of host episodes before `episode` (those still in flight when
+        the station asked for a reset)."""
+        self._pending = None
+        self._first_episode = int(episode)
 
     @property
     def frame_index(self) -> int:
@@ -136,6 +143,8 @@ class InterventionRecorder:
                 self._latest_images[key[len(IMAGE_PREFIX) :]] = np.array(img)
         result = None
         tick, episode = int(body["tick"]), int(body["episode"])
+        if episode < self._first_episode:
+            return None  # published before the reset this recording waits for
         pending = self._pending
         self._pending = None
         running = body["mode"] == "running"

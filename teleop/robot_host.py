@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from unilab.robots.interface import RobotDriver
+from unilab.robots.interface import RobotDriver, StepOutcome
 from unilab.teleop.link import IMAGE_PREFIX, MAX_COMMAND_BYTES, HostSockets, frames_of
 from unilab.teleop.protocol import (
     BAD_HEADER,
@@ -139,6 +139,7 @@ class RobotHost:
         self.greeted: set[tuple[str, str]] = set()
         self.applied = Applied()
         self._new_command = False
+        self._just_reset = False
         self.tick = 0
         self.episode = 0
         self.episode_step = 0
@@ -268,11 +269,14 @@ class RobotHost:
             self.filter.reseat(self.driver.hold_action())
             self.episode += 1
             self.episode_step = 0
+            self._just_reset = True  # the next status shows the reset state, unstepped
             if self.mode == RUNNING:
                 self.watchdog.feed(time.monotonic())
         elif op in ("release", "bye"):
             self.safe_stop(f"released by {msg.sender}", release=True)
-        self._reply(ident, "ack", {"op": op, "ok": ok, "detail": detail, "tick": self.tick})
+        self._reply(
+            ident, "ack", {"op": op, "ok": ok, "detail": detail, "tick": self.tick, "episode": self.episode}
+        )
 
     def _command(self, msg: Message, now: float) -> None:
         if self.controller != (msg.user_id, msg.sender):
@@ -315,10 +319,15 @@ class RobotHost:
         held = not self._new_command
         self._new_command = False
         target = self.filter.target.copy()
-        self.driver.act(target)
-        outcome = self.driver.outcome()
+        if self._just_reset:  # publish the first state of the episode before moving
+            self._just_reset = False
+            outcome = StepOutcome()
+            held = True
+        else:
+            self.driver.act(target)
+            outcome = self.driver.outcome()
+            self.episode_step += 1
         self._obs = self.driver.observe()
-        self.episode_step += 1
         ended = outcome.terminated or outcome.truncated
         applied = self.applied if self.mode == RUNNING else Applied()
         body: dict[str, Any] = {

@@ -149,8 +149,7 @@ class OperatorStation:
         sub = self.sub
         self._resume()
         # Start from a fresh episode (a real robot's reset is the person at the robot).
-        self.link.control("reset")
-        self._new_episode()
+        self._reset()
         start = time.monotonic()
         last_seen = start
         try:
@@ -264,7 +263,12 @@ class OperatorStation:
             else:
                 self.recorder.discard()
                 self.report.rerecords += int(event == RERECORD)
-        self.link.control("reset")
+        self._reset()
+
+    def _reset(self) -> None:
+        ack = self.link.control("reset")
+        if self.recorder is not None:
+            self.recorder.skip_until_episode(int(ack.body.get("episode", 0)))
         self._new_episode()
 
     def _finish(self, start: float) -> None:
