@@ -74,6 +74,11 @@ class KeyboardDevice:
             )
         self._saved = termios.tcgetattr(self.fd)
         tty.setcbreak(self.fd)  # keys arrive one by one, output processing stays intact
+        # Ctrl-C arrives as a key (quit, which releases the robot) rather than a signal that
+        # would also flush the keys typed before it.
+        attrs = termios.tcgetattr(self.fd)
+        attrs[3] &= ~termios.ISIG
+        termios.tcsetattr(self.fd, termios.TCSANOW, attrs)
         self._target = RateTarget(space)
 
     def start(self, current: np.ndarray) -> None:
