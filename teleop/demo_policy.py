@@ -15,7 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 from unilab.export.metadata import INPUT_NAME, OUTPUT_NAME, PolicyMetadata
 
 
-def write_demo_policy(task: str, path: str | Path, *, seed: int = 0, hidden: int = 32, gain: float = 0.3) -> Path:
+def write_demo_policy(
+    task: str, path: str | Path, *, seed: int = 0, hidden: int = 32, gain: float = 0.3
+) -> Path:
     from unilab.deploy.sim_task import make_task_from_dicts
 
     t = make_task_from_dicts({"name": task}, {}, 1, seed)

@@ -35,7 +35,9 @@ class PolicyStep:
 
 
 class HilPolicy:
-    def __init__(self, fn: PolicyFn, *, metadata: PolicyMetadata | None = None, name: str = "") -> None:
+    def __init__(
+        self, fn: PolicyFn, *, metadata: PolicyMetadata | None = None, name: str = ""
+    ) -> None:
         self.fn = fn
         self.metadata = metadata
         self.name = name

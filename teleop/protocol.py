@@ -226,7 +226,7 @@ def encode(msg: Message) -> list[bytes | memoryview]:
                 raise ValueError(f"array {name!r} has dtype {arr.dtype}; allowed: {sorted(DTYPES)}")
         a = np.ascontiguousarray(a)
         specs.append([name, dtype_name, list(a.shape)])
-        buffers.append(memoryview(a).cast("B"))
+        buffers.append(a.reshape(-1).view(np.uint8).data)
     header = {
         "v": msg.version,
         "type": msg.type,
@@ -310,10 +310,14 @@ def decode(
         raise ProtocolError(BAD_HEADER, f"unknown header field(s) {sorted(unknown)}")
     version = _field(header, "v", int)
     if version not in versions:
-        raise ProtocolError(VERSION, f"protocol version {version}; this side speaks {list(versions)}")
+        raise ProtocolError(
+            VERSION, f"protocol version {version}; this side speaks {list(versions)}"
+        )
     mtype = _field(header, "type", str)
     if mtype not in types:
-        raise ProtocolError(UNKNOWN_TYPE, f"message type {mtype[:32]!r} is not one of {list(types)}")
+        raise ProtocolError(
+            UNKNOWN_TYPE, f"message type {mtype[:32]!r} is not one of {list(types)}"
+        )
     sender = _field(header, "sender", str)
     if not SENDER_PATTERN.match(sender):
         raise ProtocolError(BAD_HEADER, "sender must be 1-64 characters of [A-Za-z0-9_.:@-]")
@@ -338,7 +342,9 @@ def decode(
             raise ProtocolError(BAD_HEADER, f"bad or repeated array name {name[:32]!r}")
         want = expected.pop(name, None)
         if want is None:
-            raise ProtocolError(SHAPE, f"{mtype} carries no array {name!r} in the negotiated schema")
+            raise ProtocolError(
+                SHAPE, f"{mtype} carries no array {name!r} in the negotiated schema"
+            )
         if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
             raise ProtocolError(DTYPE, f"array {name!r}: dtype {dtype_name!r} is not allowed")
         if dtype_name != want.dtype:
@@ -349,7 +355,9 @@ def decode(
             or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape)
             or tuple(shape) != want.shape
         ):
-            raise ProtocolError(SHAPE, f"array {name!r}: shape {shape!r}, expected {list(want.shape)}")
+            raise ProtocolError(
+                SHAPE, f"array {name!r}: shape {shape!r}, expected {list(want.shape)}"
+            )
         if len(buf) != want.nbytes:
             raise ProtocolError(LENGTH, f"array {name!r}: {len(buf)} bytes, expected {want.nbytes}")
         arr = np.frombuffer(buf, dtype=DTYPES[dtype_name]).reshape(want.shape)

@@ -117,7 +117,9 @@ class InterventionRecorder:
         self._sent: dict[int, _Sent] = {}
         self._first_episode = 0
 
-    def note_command(self, answers: int, seq: int, action: np.ndarray, source: str, operator: str) -> None:
+    def note_command(
+        self, answers: int, seq: int, action: np.ndarray, source: str, operator: str
+    ) -> None:
         """The command the station sent answering status tick `answers`."""
         self._sent[int(answers)] = _Sent(int(seq), np.array(action, np.float32), source, operator)
 
@@ -192,7 +194,11 @@ class InterventionRecorder:
             next_episode = episode + int(bool(body["terminated"] or body["truncated"]))
             obs = {k[4:]: np.array(v) for k, v in msg.arrays.items() if k.startswith("obs/")}
             self._pending = _Pending(
-                tick, next_episode, obs, {c: self._latest_images[c] for c in self.cameras}, float(body["host_time"])
+                tick,
+                next_episode,
+                obs,
+                {c: self._latest_images[c] for c in self.cameras},
+                float(body["host_time"]),
             )
         return result
 

@@ -20,6 +20,7 @@ runs in LeRobot's environment next to LeRobot's drivers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import signal
 import sys
@@ -183,10 +184,9 @@ class RobotHost:
     # ------------------------------------------------------------------ replies
     def _reply(self, ident: Any, mtype: str, body: dict[str, Any]) -> None:
         msg = Message(mtype, self.name, self.reply_seq.next(), body, {}, time.time())
-        try:
+        # A client that does not read its replies loses them.
+        with contextlib.suppress(zmq.Again):
             self.sockets.command.send_multipart([ident, *encode(msg)], flags=zmq.NOBLOCK)
-        except zmq.Again:
-            pass  # a client that does not read its replies loses them
 
     # ------------------------------------------------------------------ messages
     def _reject(self, reason: str, detail: str) -> None:
@@ -210,7 +210,7 @@ class RobotHost:
                 max_message_bytes=MAX_COMMAND_BYTES,
                 types=("hello", "control", "command"),
             )
-            msg.user_id = user_id or ""
+            msg.user_id = str(user_id or "")
             self.guard.check(msg)
             if msg.type == "hello":
                 self._hello(ident, msg)
@@ -227,7 +227,11 @@ class RobotHost:
         versions = msg.body.get("versions", [PROTOCOL_VERSION])
         common = [v for v in SUPPORTED_VERSIONS if isinstance(versions, list) and v in versions]
         if not common:
-            self._reply(ident, "error", {"reason": "version", "detail": f"host speaks {list(SUPPORTED_VERSIONS)}"})
+            self._reply(
+                ident,
+                "error",
+                {"reason": "version", "detail": f"host speaks {list(SUPPORTED_VERSIONS)}"},
+            )
             raise ProtocolError("version", f"client offers {versions}")
         self.greeted.add((msg.user_id, msg.sender))
         self._reply(
@@ -247,7 +251,15 @@ class RobotHost:
             raise ProtocolError(NO_HELLO, "say hello before control")
         op = msg.body.get("op")
         if op not in CONTROL_OPS:
-            self._reply(ident, "ack", {"op": str(op)[:32], "ok": False, "detail": f"op must be one of {list(CONTROL_OPS)}"})
+            self._reply(
+                ident,
+                "ack",
+                {
+                    "op": str(op)[:32],
+                    "ok": False,
+                    "detail": f"op must be one of {list(CONTROL_OPS)}",
+                },
+            )
             return
         ok, detail = True, ""
         if op == "stop":  # anyone authenticated may stop the robot
@@ -275,7 +287,9 @@ class RobotHost:
         elif op in ("release", "bye"):
             self.safe_stop(f"released by {msg.sender}", release=True)
         self._reply(
-            ident, "ack", {"op": op, "ok": ok, "detail": detail, "tick": self.tick, "episode": self.episode}
+            ident,
+            "ack",
+            {"op": op, "ok": ok, "detail": detail, "tick": self.tick, "episode": self.episode},
         )
 
     def _command(self, msg: Message, now: float) -> None:
@@ -377,10 +391,8 @@ class RobotHost:
                 for cam, img in frames.items():
                     arrays[f"{IMAGE_PREFIX}{cam}"] = img
         msg = Message("status", self.name, self.status_seq.next(), body, arrays, time.time())
-        try:
+        with contextlib.suppress(zmq.Again):
             self.sockets.status.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            pass
         self.tick += 1
 
     def request_stop(self) -> None:
@@ -418,8 +430,10 @@ class RobotHost:
                 now = time.monotonic()
                 if self.mode == RUNNING and self.watchdog.expired(now):
                     self.watchdog_stops += 1
-                    self.safe_stop("watchdog: no valid command for "
-                                   f"{self.watchdog.timeout_s * 1e3:.0f} ms", release=True)
+                    self.safe_stop(
+                        f"watchdog: no valid command for {self.watchdog.timeout_s * 1e3:.0f} ms",
+                        release=True,
+                    )
                 if now >= next_tick:
                     if now - next_tick > self.period:
                         self.late_ticks += 1
@@ -506,7 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="robot name in status messages")
     p.add_argument("--seed", type=int, default=0, help="seed of a simulated robot")
     p.add_argument(
-        "--camera", action="append", default=[], help="camera to stream (sim: 'scene' or an MJCF camera)"
+        "--camera",
+        action="append",
+        default=[],
+        help="camera to stream (sim: 'scene' or an MJCF camera)",
     )
     p.add_argument("--camera-every", type=int, default=5, help="send camera frames every N ticks")
     p.add_argument(
@@ -515,7 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.25,
         help="sim: largest command change per tick as a fraction of the joint range",
     )
-    p.add_argument("--watchdog-periods", type=int, default=3, help="safe stop after N silent periods")
+    p.add_argument(
+        "--watchdog-periods", type=int, default=3, help="safe stop after N silent periods"
+    )
     p.add_argument("--max-ticks", type=int, default=None, help="stop after N ticks (tests)")
     p.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     p.add_argument("--ready-file", default=None, help="write the bound endpoints here when ready")
@@ -573,7 +592,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unilab robot-host: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # driver errors (hardware absent, lerobot missing) say what to do
-        if type(exc).__name__ in ("LeRobotUnavailableError", "SimDriverError", "ConfigError", "UnknownNameError"):
+        if type(exc).__name__ in (
+            "LeRobotUnavailableError",
+            "SimDriverError",
+            "ConfigError",
+            "UnknownNameError",
+        ):
             print(f"unilab robot-host: error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -67,7 +67,7 @@ class SpaceMouseDevice:
         for i, name in enumerate(AXES[: space.dim]):
             axes[i] = float(getattr(state, name, 0.0))
         events: list[str] = []
-        buttons = list(getattr(state, "buttons", [0, 0]))[:2] + [0, 0]
+        buttons = [*list(getattr(state, "buttons", [0, 0]))[:2], 0, 0]
         for i, event in enumerate((TAKEOVER, SAVE)):
             if buttons[i] and not self._buttons[i]:
                 events.append(event)

@@ -16,6 +16,7 @@ station was slow), all are recorded but only the newest is answered.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -125,8 +126,10 @@ class OperatorStation:
         self.sub = self.link.subscribe()
         first = self.sub.recv(timeout_s)
         if first is None:
-            raise LinkError("the robot host's status stream is silent (no status within "
-                            f"{timeout_s:g} s after the welcome)")
+            raise LinkError(
+                "the robot host's status stream is silent (no status within "
+                f"{timeout_s:g} s after the welcome)"
+            )
         return first
 
     def _resume(self) -> None:
@@ -144,7 +147,9 @@ class OperatorStation:
             begin(self.recorder.session_episode)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, *, max_episodes: int | None = None, duration_s: float | None = None) -> SessionReport:
+    def run(
+        self, *, max_episodes: int | None = None, duration_s: float | None = None
+    ) -> SessionReport:
         assert self.sub is not None and self.space is not None, "connect() first"
         sub = self.sub
         self._resume()
@@ -187,9 +192,8 @@ class OperatorStation:
 
     def _record(self, msg: Message) -> None:
         self.report.statuses += 1
-        if self.recorder is not None:
-            if self.recorder.on_status(msg) in ("ended", "cut"):
-                self._new_episode()
+        if self.recorder is not None and self.recorder.on_status(msg) in ("ended", "cut"):
+            self._new_episode()
         mode = msg.body["mode"]
         self._last_status = msg
         if self._last_mode == "running" and mode != "running":
@@ -208,7 +212,9 @@ class OperatorStation:
             return True
         obs = {k[4:]: v for k, v in status.arrays.items() if k.startswith("obs/")}
         target = np.asarray(status.arrays["target"], np.float32)
-        frame = self.recorder.frame_index if self.recorder is not None else int(body["episode_step"])
+        frame = (
+            self.recorder.frame_index if self.recorder is not None else int(body["episode_step"])
+        )
         dt = float(self.link.welcome.robot["control_dt"]) if self.link.welcome else 0.02
         inp = self.device.poll(frame, obs, dt) if self.device is not None else None
         toggled = False
@@ -272,10 +278,8 @@ class OperatorStation:
         self._new_episode()
 
     def _finish(self, start: float) -> None:
-        try:
+        with contextlib.suppress(LinkError):
             self.link.control("release", timeout_s=2.0)
-        except LinkError:
-            pass
         r = self.report
         r.duration_s = time.monotonic() - start
         if self._gaps:
@@ -324,8 +328,20 @@ def run_hil(
         if not (host_key and allow):
             raise LinkError("starting a robot host needs --host-key and --allow")
         host_proc = subprocess.Popen(
-            [sys.executable, "-m", "unilab.teleop.robot_host", "--robot", robot, "--key", host_key,
-             "--allow", allow, "--endpoint", endpoint, *(host_args or [])],
+            [
+                sys.executable,
+                "-m",
+                "unilab.teleop.robot_host",
+                "--robot",
+                robot,
+                "--key",
+                host_key,
+                "--allow",
+                allow,
+                "--endpoint",
+                endpoint,
+                *(host_args or []),
+            ],
         )
     link = ClientLink(endpoint, secret_key=key, server_key=server_key, sender=f"station-{operator}")
     hil_policy = load_hil_policy(policy) if policy else None
@@ -337,8 +353,14 @@ def run_hil(
         view = LiveView(rerun)
     origin = "sim" if robot.startswith("sim:") else "real"
     station = OperatorStation(
-        link, policy=hil_policy, device=dev, store=store, operator=operator, origin=origin,
-        live_view=view, auto_resume=auto_resume,
+        link,
+        policy=hil_policy,
+        device=dev,
+        store=store,
+        operator=operator,
+        origin=origin,
+        live_view=view,
+        auto_resume=auto_resume,
     )
     try:
         station.connect(timeout_s=30.0 if start_host else 10.0)
@@ -357,21 +379,41 @@ def build_parser() -> argparse.ArgumentParser:
         "device (space toggles on the keyboard), record episodes with per-frame "
         "is_intervention labels into an episode store, view it live in Rerun.",
     )
-    p.add_argument("--robot", required=True, help="sim:<task> or lerobot:<type>:<port> (names the robot host's robot)")
-    p.add_argument("--policy", default=None, help="run directory or policy.onnx (none: teleop only)")
+    p.add_argument(
+        "--robot",
+        required=True,
+        help="sim:<task> or lerobot:<type>:<port> (names the robot host's robot)",
+    )
+    p.add_argument(
+        "--policy", default=None, help="run directory or policy.onnx (none: teleop only)"
+    )
     p.add_argument("--key", required=True, help="this station's secret key file")
     p.add_argument("--server-key", required=True, help="the robot host's public key file")
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="robot host command endpoint")
-    p.add_argument("--device", default="keyboard", help="keyboard, gamepad, spacemouse, leader:<type>:<port>, virtual[:seed]")
+    p.add_argument(
+        "--device",
+        default="keyboard",
+        help="keyboard, gamepad, spacemouse, leader:<type>:<port>, virtual[:seed]",
+    )
     p.add_argument("--store", default=None, help="episode store to append to (created if absent)")
-    p.add_argument("--operator", default=os.environ.get("USER", "operator"), help="operator id recorded per frame")
+    p.add_argument(
+        "--operator",
+        default=os.environ.get("USER", "operator"),
+        help="operator id recorded per frame",
+    )
     p.add_argument("--rerun", default=None, help="'spawn' for a live viewer, or a path.rrd")
     p.add_argument("--episodes", type=int, default=None, help="stop after N saved episodes")
     p.add_argument("--duration", type=float, default=None, help="stop after N seconds")
-    p.add_argument("--start-host", action="store_true", help="start a robot host for a sim: robot here")
+    p.add_argument(
+        "--start-host", action="store_true", help="start a robot host for a sim: robot here"
+    )
     p.add_argument("--host-key", default=None, help="with --start-host: the host's secret key file")
-    p.add_argument("--allow", default=None, help="with --start-host: the host's allowlist directory")
-    p.add_argument("--auto-resume", action="store_true", help="resume after a safe stop without a key press")
+    p.add_argument(
+        "--allow", default=None, help="with --start-host: the host's allowlist directory"
+    )
+    p.add_argument(
+        "--auto-resume", action="store_true", help="resume after a safe stop without a key press"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the virtual operator")
     p.add_argument("--report", default=None, help="write the session report (JSON) here")
     return p
@@ -385,11 +427,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         report = run_hil(
-            robot=args.robot, policy=args.policy, key=args.key, server_key=args.server_key,
-            endpoint=args.endpoint, device=args.device, store=args.store, operator=args.operator,
-            rerun=args.rerun, max_episodes=args.episodes, duration_s=args.duration,
-            start_host=args.start_host, host_key=args.host_key, allow=args.allow,
-            auto_resume=args.auto_resume, seed=args.seed,
+            robot=args.robot,
+            policy=args.policy,
+            key=args.key,
+            server_key=args.server_key,
+            endpoint=args.endpoint,
+            device=args.device,
+            store=args.store,
+            operator=args.operator,
+            rerun=args.rerun,
+            max_episodes=args.episodes,
+            duration_s=args.duration,
+            start_host=args.start_host,
+            host_key=args.host_key,
+            allow=args.allow,
+            auto_resume=args.auto_resume,
+            seed=args.seed,
         )
     except (LinkError, KeyFileError, DeviceUnavailableError, PolicyMismatchError) as exc:
         print(f"unilab hil run: error: {exc}", file=sys.stderr)

@@ -38,8 +38,8 @@ class VirtualOperator:
         self.episode = 0
         self.human = False
         self._space: ActionSpace | None = None
-        self._target = np.zeros(0, np.float32)
-        self._goal = np.zeros(0, np.float32)
+        self._target: np.ndarray = np.zeros(0, np.float32)
+        self._goal: np.ndarray = np.zeros(0, np.float32)
         self._rng = np.random.default_rng(seed)
         self.pressed: list[tuple[int, int, str]] = []
 
@@ -59,7 +59,7 @@ class VirtualOperator:
     def expected_labels(self, episode: int, length: int) -> np.ndarray:
         labels = np.zeros(length, dtype=bool)
         for a, b in self.spans(episode):
-            labels[a:min(b, length)] = True
+            labels[a : min(b, length)] = True
         return labels
 
     # ------------------------------------------------------------------ device
@@ -101,7 +101,9 @@ class VirtualOperator:
         gap = self._goal - self._target
         if np.all(np.abs(gap) < step):
             self._goal = self._new_goal()
-        self._target = np.clip(self._target + np.clip(gap, -step, step), self._space.low, self._space.high)
+        self._target = np.clip(
+            self._target + np.clip(gap, -step, step), self._space.low, self._space.high
+        )
         return DeviceInput(self._target.astype(np.float32), events)
 
     def close(self) -> None:

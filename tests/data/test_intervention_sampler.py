@@ -36,7 +36,9 @@ def test_select_and_upweight(tmp_path: Path) -> None:
     a = np.zeros(100, bool)
     a[40:50] = True
     b = np.zeros(100, bool)
-    b[0:5] = True  # a takeover at the start of episode 2: lead frames must not reach back into episode 1
+    b[0:5] = (
+        True  # a takeover at the start of episode 2: lead frames must not reach back into episode 1
+    )
     ds = FrameDataset(_store(tmp_path / "s.zarr", [a, b]))
     human = set(np.flatnonzero(np.concatenate([a, b])).tolist())
 

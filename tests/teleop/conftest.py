@@ -1,31 +1,15 @@
-"""Keys, a demo ONNX policy and an in-process robot host (real sockets, real MuJoCo task)
-shared by the HIL tests."""
+"""Fixtures shared by the HIL tests: keys (an allowlist with alice and monitor, not the
+intruder) and a demo ONNX policy for arm_reach."""
 
 from __future__ import annotations
 
 import shutil
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from hil_fixtures import Keys
 
 from unilab.teleop.keys import generate_keypair
-
-
-@dataclass
-class Keys:
-    root: Path
-    allow: Path
-
-    def secret(self, name: str) -> str:
-        return str(self.root / "private" / f"{name}.key_secret")
-
-    def public(self, name: str) -> str:
-        return str(self.root / "public" / f"{name}.key")
 
 
 @pytest.fixture(scope="session")
@@ -45,29 +29,3 @@ def demo_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from unilab.teleop.demo_policy import write_demo_policy
 
     return write_demo_policy("arm_reach", tmp_path_factory.mktemp("policy") / "policy.onnx")
-
-
-@contextmanager
-def running_host(keys: Keys, **host_options: Any) -> Iterator[Any]:
-    """A robot host over a simulated arm_reach on a free loopback port, on a thread."""
-    from unilab.deploy.sim_driver import SimDriver
-    from unilab.teleop.link import HostSockets
-    from unilab.teleop.robot_host import RobotHost
-
-    task = host_options.pop("task", {"name": "arm_reach"})
-    cameras = host_options.pop("cameras", ())
-    driver = SimDriver(task, cameras=cameras)
-    driver.connect()
-    sockets = HostSockets.bind(
-        secret_key=keys.secret("robot"), allow_dir=keys.allow, endpoint="tcp://127.0.0.1:0"
-    )
-    host = RobotHost(driver, sockets, **host_options)
-    thread = threading.Thread(target=host.run, name="robot-host", daemon=True)
-    thread.start()
-    try:
-        yield host
-    finally:
-        host.request_stop()
-        thread.join(timeout=10)
-        sockets.close()
-        driver.disconnect()

@@ -38,9 +38,20 @@ def start_host(
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "unilab.teleop.robot_host", "--robot", robot,
-            "--key", str(keys_root / "private" / "robot.key_secret"), "--allow", str(allow),
-            "--endpoint", endpoint, "--ready-file", str(ready), *extra,
+            sys.executable,
+            "-m",
+            "unilab.teleop.robot_host",
+            "--robot",
+            robot,
+            "--key",
+            str(keys_root / "private" / "robot.key_secret"),
+            "--allow",
+            str(allow),
+            "--endpoint",
+            endpoint,
+            "--ready-file",
+            str(ready),
+            *extra,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -49,7 +60,7 @@ def start_host(
     end = time.monotonic() + 60
     while not ready.exists():
         if proc.poll() is not None:
-            out, err = proc.communicate()
+            _out, err = proc.communicate()
             raise RuntimeError(f"robot host exited {proc.returncode}: {err.decode()[-2000:]}")
         if time.monotonic() > end:
             proc.kill()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Keys
+from hil_fixtures import Keys
 
 from unilab.robots.lerobot_compat import LeRobotUnavailableError
 from unilab.teleop.devices import (
@@ -30,7 +30,12 @@ from unilab.teleop.devices import (
 from unilab.teleop.keyboard import KeyboardDevice
 from unilab.teleop.virtual_operator import VirtualOperator
 
-SPACE = ActionSpace(("a", "b", "c"), np.full(3, -1.0, np.float32), np.full(3, 1.0, np.float32), np.full(3, 0.2, np.float32))
+SPACE = ActionSpace(
+    ("a", "b", "c"),
+    np.full(3, -1.0, np.float32),
+    np.full(3, 1.0, np.float32),
+    np.full(3, 0.2, np.float32),
+)
 
 
 def test_keyboard_in_a_terminal() -> None:
@@ -62,13 +67,18 @@ def test_keyboard_needs_a_terminal(tmp_path: Path) -> None:
         KeyboardDevice(fd=fh.fileno()).connect(SPACE)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pygame") is not None, reason="pygame installed: see the no-gamepad error")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pygame") is not None,
+    reason="pygame installed: see the no-gamepad error",
+)
 def test_gamepad_without_pygame() -> None:
     with pytest.raises(DeviceUnavailableError, match=r"unilab\[gamepad\]"):
         make_device("gamepad").connect(SPACE)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pyspacemouse") is not None, reason="pyspacemouse installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pyspacemouse") is not None, reason="pyspacemouse installed"
+)
 def test_spacemouse_without_package() -> None:
     with pytest.raises(DeviceUnavailableError, match=r"unilab\[spacemouse\]"):
         make_device("spacemouse").connect(SPACE)
@@ -93,7 +103,15 @@ def test_leader_arm_and_lerobot_follower_absent(tmp_path: Path) -> None:
 
 
 def test_robot_host_cli_errors(keys: Keys, tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "unilab.teleop.robot_host", "--key", keys.secret("robot"), "--allow", str(keys.allow)]
+    base = [
+        sys.executable,
+        "-m",
+        "unilab.teleop.robot_host",
+        "--key",
+        keys.secret("robot"),
+        "--allow",
+        str(keys.allow),
+    ]
     cases = {
         "lerobot:so101_follower:/dev/ttyUNILAB_NONE": "no device at /dev/ttyUNILAB_NONE",
         "sim:no_such_task": "no_such_task",
@@ -121,7 +139,9 @@ def test_virtual_operator_schedule_and_motion() -> None:
         if TAKEOVER in got.events:
             toggles.append(frame)
             vo.start(got.action)
-        assert got.action is not None and np.all(np.abs(got.action - last) <= 0.2 * 0.3 + 1e-6) or TAKEOVER in got.events
+        assert (
+            got.action is not None and np.all(np.abs(got.action - last) <= 0.2 * 0.3 + 1e-6)
+        ) or TAKEOVER in got.events
         last = got.action
     assert toggles == [f for span in spans for f in span]
     assert (0, 50, SAVE) in vo.pressed

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import Keys
+from hil_fixtures import Keys
 from hil_procs import free_port_pair, start_host, stop
 
 from unilab.data import EpisodeStore
@@ -26,12 +26,20 @@ def run_session(
     keys: Keys, policy: Path, store: Path, tmp: Path, duration_s: float, seed: int, *host_args: str
 ) -> tuple[dict, VirtualOperator]:  # type: ignore[type-arg]
     endpoint = f"tcp://127.0.0.1:{free_port_pair()}"
-    host = start_host(keys.root, keys.allow, endpoint, tmp, "--task", "episode_length_s=2", *host_args)
+    host = start_host(
+        keys.root, keys.allow, endpoint, tmp, "--task", "episode_length_s=2", *host_args
+    )
     script = {(1, 50): SUCCESS, (2, 40): DISCARD, (3, 30): RERECORD}
     operator = VirtualOperator(seed, horizon=EPISODE_FRAMES, script=script)
-    link = ClientLink(endpoint, secret_key=keys.secret("alice"), server_key=keys.public("robot"), sender="station")
+    link = ClientLink(
+        endpoint, secret_key=keys.secret("alice"), server_key=keys.public("robot"), sender="station"
+    )
     station = OperatorStation(
-        link, policy=load_hil_policy(policy), device=operator, store=store, operator="alice",
+        link,
+        policy=load_hil_policy(policy),
+        device=operator,
+        store=store,
+        operator="alice",
         auto_resume=True,
     )
     try:
@@ -52,7 +60,9 @@ def check_session(store_path: Path, report: dict, operator: VirtualOperator) -> 
         seen, frames, spans, full = [], 0, 0, 0
         for i in range(len(store)):
             meta = store.meta(i)
-            ep = store.episode(i, ["is_intervention", "operator", "origin", "terminated", "truncated"])
+            ep = store.episode(
+                i, ["is_intervention", "operator", "origin", "terminated", "truncated"]
+            )
             se = int(meta.tags["session_episode"])
             labels = ep["is_intervention"]
             expected = operator.expected_labels(se, len(labels))
@@ -77,11 +87,15 @@ def check_session(store_path: Path, report: dict, operator: VirtualOperator) -> 
     return {"episodes": len(seen), "frames": frames, "spans": spans, "full_length": full}
 
 
-def test_scripted_session_labels_match_takeover_spans(keys: Keys, demo_policy: Path, tmp_path: Path) -> None:
+def test_scripted_session_labels_match_takeover_spans(
+    keys: Keys, demo_policy: Path, tmp_path: Path
+) -> None:
     store = tmp_path / "hil.zarr"
     # Ten-period watchdog: a busy 2-core CI box may stall a process for > 60 ms; the
     # 3-period watchdog has its own test (test_link_loss) and the bench uses it.
-    report, operator = run_session(keys, demo_policy, store, tmp_path, 20.0, 3, "--watchdog-periods", "10")
+    report, operator = run_session(
+        keys, demo_policy, store, tmp_path, 20.0, 3, "--watchdog-periods", "10"
+    )
     counts = check_session(store, report, operator)
     assert report["takeovers"] >= counts["spans"]
     assert (1, SUCCESS) in {(ep, ev) for ep, _, ev in operator.pressed}

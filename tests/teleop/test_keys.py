@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import zmq.auth
 
-from unilab.teleop.keys import KeyFileError, check_allowlist, generate_keypair, load_public, load_secret
+from unilab.teleop.keys import (
+    KeyFileError,
+    check_allowlist,
+    generate_keypair,
+    load_public,
+    load_secret,
+)
 
 
 def mode(p: Path) -> int:
@@ -42,7 +48,7 @@ def test_unsafe_keys_and_allowlists_are_refused(tmp_path: Path) -> None:
         load_secret(pair.public_path)
     allow = tmp_path / "allow"
     allow.mkdir()
-    with pytest.raises(KeyFileError, match="no \\*.key"):
+    with pytest.raises(KeyFileError, match=r"no \*\.key"):
         check_allowlist(allow)
     (allow / "op.key").write_bytes(pair.public_path.read_bytes())
     assert check_allowlist(allow) == [pair.public]
@@ -54,7 +60,17 @@ def test_unsafe_keys_and_allowlists_are_refused(tmp_path: Path) -> None:
 
 
 def test_keygen_cli(tmp_path: Path) -> None:
-    run = [sys.executable, "-m", "unilab.cli", "teleop", "keygen", "--dir", str(tmp_path), "--name", "alice"]
+    run = [
+        sys.executable,
+        "-m",
+        "unilab.cli",
+        "teleop",
+        "keygen",
+        "--dir",
+        str(tmp_path),
+        "--name",
+        "alice",
+    ]
     out = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert mode(tmp_path / "private" / "alice.key_secret") == 0o600

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Keys
+from hil_fixtures import Keys
 from hil_procs import free_port_pair, start_host, stop
 
 from unilab.teleop.link import ClientLink
@@ -22,17 +22,34 @@ LIMIT_S = 0.150
 def start_station(keys: Keys, endpoint: str, policy: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            sys.executable, "-m", "unilab.teleop.station", "--robot", "sim:arm_reach",
-            "--policy", str(policy), "--key", keys.secret("alice"),
-            "--server-key", keys.public("robot"), "--endpoint", endpoint,
-            "--device", "virtual:0", "--operator", "alice", "--duration", "120",
+            sys.executable,
+            "-m",
+            "unilab.teleop.station",
+            "--robot",
+            "sim:arm_reach",
+            "--policy",
+            str(policy),
+            "--key",
+            keys.secret("alice"),
+            "--server-key",
+            keys.public("robot"),
+            "--endpoint",
+            endpoint,
+            "--device",
+            "virtual:0",
+            "--operator",
+            "alice",
+            "--duration",
+            "120",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
 
 
-def kill_and_time(monitor: ClientLink, station: subprocess.Popen[bytes], settle_s: float = 0.5) -> float:
+def kill_and_time(
+    monitor: ClientLink, station: subprocess.Popen[bytes], settle_s: float = 0.5
+) -> float:
     """Wait until the station drives the robot, SIGKILL it, and return the seconds from
     the kill to the host's safe stop (both CLOCK_MONOTONIC on this machine)."""
     sub = monitor.status
@@ -64,10 +81,17 @@ def kill_and_time(monitor: ClientLink, station: subprocess.Popen[bytes], settle_
             return float(msg.body["stopped_at"] - killed_at)
 
 
-def test_killing_the_station_safe_stops_the_robot(keys: Keys, demo_policy: Path, tmp_path: Path) -> None:
+def test_killing_the_station_safe_stops_the_robot(
+    keys: Keys, demo_policy: Path, tmp_path: Path
+) -> None:
     endpoint = f"tcp://127.0.0.1:{free_port_pair()}"
     host = start_host(keys.root, keys.allow, endpoint, tmp_path)
-    monitor = ClientLink(endpoint, secret_key=keys.secret("monitor"), server_key=keys.public("robot"), sender="monitor")
+    monitor = ClientLink(
+        endpoint,
+        secret_key=keys.secret("monitor"),
+        server_key=keys.public("robot"),
+        sender="monitor",
+    )
     try:
         monitor.hello("monitor", role="observer")
         monitor.subscribe()

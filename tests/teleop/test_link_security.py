@@ -12,10 +12,10 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import Keys, running_host
+from hil_fixtures import Keys, running_host
 
-from unilab.teleop.link import ClientLink, LinkError, StatusSubscriber
 from unilab.teleop.keys import load_public, load_secret
+from unilab.teleop.link import ClientLink, LinkError, StatusSubscriber
 from unilab.teleop.protocol import Message, encode
 
 N = 1000
@@ -71,7 +71,10 @@ def test_unknown_key_and_no_key_deliver_nothing(keys: Keys) -> None:
         endpoint = host.sockets.command_endpoint
         # A key pair the host does not list: the CURVE handshake is refused (ZAP 400).
         intruder = ClientLink(
-            endpoint, secret_key=keys.secret("intruder"), server_key=keys.public("robot"), sender="x"
+            endpoint,
+            secret_key=keys.secret("intruder"),
+            server_key=keys.public("robot"),
+            sender="x",
         )
         with pytest.raises(LinkError, match="allowlist"):
             intruder.hello("mallory", timeout_s=1.0)
@@ -169,7 +172,9 @@ EXPECTED_REASON = {
 }
 
 
-def _fuzz(kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Generator, used: int) -> list[bytes]:
+def _fuzz(
+    kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Generator, used: int
+) -> list[bytes]:
     good = _command(link, target)
     header = msgpack.unpackb(good[0])
     if kind == "truncated_header":
@@ -182,7 +187,9 @@ def _fuzz(kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Genera
         arr = target.astype(np.float64) if kind == "wrong_dtype" else target
         if kind == "wrong_shape":
             arr = target[:-1]
-        header["arrays"] = [["action", "float64" if kind == "wrong_dtype" else "object", list(arr.shape)]]
+        header["arrays"] = [
+            ["action", "float64" if kind == "wrong_dtype" else "object", list(arr.shape)]
+        ]
         if kind == "wrong_shape":
             header["arrays"] = [["action", "float32", list(arr.shape)]]
         if kind == "bad_dtype_name":
@@ -198,7 +205,11 @@ def _fuzz(kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Genera
         return _command(link, bad.astype(np.float32))
     if kind == "oversize":
         pad = bytes(40_000)
-        header["arrays"] = [["action", "float32", [7]], ["pad_a", "uint8", [40_000]], ["pad_b", "uint8", [40_000]]]
+        header["arrays"] = [
+            ["action", "float32", [7]],
+            ["pad_a", "uint8", [40_000]],
+            ["pad_b", "uint8", [40_000]],
+        ]
         return [msgpack.packb(header), good[1], pad, pad]
     if kind == "bad_msgpack":
         return [bytes([0xC1]) + rng.bytes(int(rng.integers(0, 64))), good[1]]
@@ -224,10 +235,11 @@ def _fuzz(kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Genera
 
 def test_fuzzed_messages_all_rejected_while_robot_holds(keys: Keys) -> None:
     n_fuzz = 10_000
-    # A long watchdog: this test is about the filter, not about scheduling on a busy box.
+    # An hours-long watchdog: this test is about the filter, not about scheduling on a busy
+    # box (test_link_loss checks the watchdog).
     # A long episode: a simulated time limit would reset the arm (and its target) mid-test.
     task = {"name": "arm_reach", "episode_length_s": 1000.0}
-    with running_host(keys, task=task, watchdog_periods=1000) as host:
+    with running_host(keys, task=task, watchdog_periods=10**6) as host:
         link = _operator(keys, host)
         watch = link.subscribe()
         assert watch.recv(5.0) is not None

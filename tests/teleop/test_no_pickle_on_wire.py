@@ -18,7 +18,17 @@ WIRE_FILES = sorted(
         ROOT / "unilab" / "deploy" / "sim_camera.py",
     ]
 )
-BANNED_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "jsonpickle", "joblib"}
+BANNED_MODULES = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "dill",
+    "cloudpickle",
+    "marshal",
+    "shelve",
+    "jsonpickle",
+    "joblib",
+}
 BANNED_CALLS = {"recv_pyobj", "send_pyobj", "recv_serialized", "loads_pyobj"}
 
 
@@ -26,8 +36,12 @@ def violations(source: str, name: str = "<src>") -> list[str]:
     out = []
     for node in ast.walk(ast.parse(source, name)):
         if isinstance(node, ast.Import):
-            out += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in BANNED_MODULES]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BANNED_MODULES:
+            out += [
+                f"import {a.name}" for a in node.names if a.name.split(".")[0] in BANNED_MODULES
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BANNED_MODULES
+        ):
             out.append(f"from {node.module} import ...")
         elif isinstance(node, ast.Attribute) and node.attr in BANNED_CALLS:
             out.append(f".{node.attr}")
@@ -36,9 +50,16 @@ def violations(source: str, name: str = "<src>") -> list[str]:
         elif isinstance(node, ast.keyword) and node.arg == "allow_pickle":
             if not (isinstance(node.value, ast.Constant) and node.value.value is False):
                 out.append("allow_pickle=<not False>")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "__import__":
-            if node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value) in BANNED_MODULES:
-                out.append(f"__import__({node.args[0].value!r})")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "__import__"
+        ) and (
+            node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value) in BANNED_MODULES
+        ):
+            out.append(f"__import__({node.args[0].value!r})")
     return out
 
 

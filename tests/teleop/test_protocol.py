@@ -22,7 +22,10 @@ from unilab.teleop.protocol import (
 
 SCHEMA = {
     "command": {"action": ArraySpec("float32", (7,))},
-    "status": {"obs/policy": ArraySpec("float32", (30,)), "images/scene": ArraySpec("uint8", (4, 5, 3))},
+    "status": {
+        "obs/policy": ArraySpec("float32", (30,)),
+        "images/scene": ArraySpec("uint8", (4, 5, 3)),
+    },
 }
 
 
@@ -31,7 +34,13 @@ def frames(msg: Message) -> list[bytes]:
 
 
 def command(action: np.ndarray | None = None, **header: object) -> list[bytes]:
-    msg = Message("command", "op", 5, {"source": "policy"}, {"action": np.arange(7, dtype=np.float32) if action is None else action})
+    msg = Message(
+        "command",
+        "op",
+        5,
+        {"source": "policy"},
+        {"action": np.arange(7, dtype=np.float32) if action is None else action},
+    )
     out = frames(msg)
     if header:
         doc = msgpack.unpackb(out[0])
@@ -48,14 +57,27 @@ def reason(parts: list[bytes], **kw: object) -> str:
 
 def test_round_trip_is_zero_copy_and_read_only() -> None:
     img = np.random.default_rng(0).integers(0, 255, (4, 5, 3), dtype=np.uint8)
-    msg = Message("status", "robot-1", 42, {"tick": 3, "nested": {"a": [1, 2.5, None]}}, {"obs/policy": np.ones(30, np.float32), "images/scene": img})
+    msg = Message(
+        "status",
+        "robot-1",
+        42,
+        {"tick": 3, "nested": {"a": [1, 2.5, None]}},
+        {"obs/policy": np.ones(30, np.float32), "images/scene": img},
+    )
     out = decode(frames(msg), schema=SCHEMA)
     assert (out.type, out.sender, out.seq, out.body) == ("status", "robot-1", 42, msg.body)
     np.testing.assert_array_equal(out.arrays["images/scene"], img)
     assert not out.arrays["obs/policy"].flags.writeable
     with pytest.raises(ProtocolError, match="missing"):
-        decode(frames(Message("status", "r", 1, {}, {"obs/policy": np.ones(30, np.float32)})), schema=SCHEMA)
-    ok = decode(frames(Message("status", "r", 1, {}, {"obs/policy": np.ones(30, np.float32)})), schema=SCHEMA, optional_prefixes=("images/",))
+        decode(
+            frames(Message("status", "r", 1, {}, {"obs/policy": np.ones(30, np.float32)})),
+            schema=SCHEMA,
+        )
+    ok = decode(
+        frames(Message("status", "r", 1, {}, {"obs/policy": np.ones(30, np.float32)})),
+        schema=SCHEMA,
+        optional_prefixes=("images/",),
+    )
     assert list(ok.arrays) == ["obs/policy"]
 
 
@@ -69,7 +91,9 @@ def test_each_check_has_its_reason() -> None:
     assert reason([b"\xc1", good[1]]) == "bad_msgpack"
     assert reason([good[0][:5], good[1]]) == "bad_msgpack"
     assert reason([good[0] + b"\x00", good[1]]) == "bad_msgpack"  # ExtraData
-    assert reason([msgpack.packb({"v": 1, "x": msgpack.ExtType(1, b"ab")}), good[1]]) == "bad_msgpack"
+    assert (
+        reason([msgpack.packb({"v": 1, "x": msgpack.ExtType(1, b"ab")}), good[1]]) == "bad_msgpack"
+    )
     assert reason([msgpack.packb({"body": b"raw bytes"}), good[1]]) == "bad_msgpack"
     assert reason([msgpack.packb([1] * 300), good[1]]) == "bad_msgpack"  # container limit
     assert reason([msgpack.packb("x"), good[1]]) == "bad_header"
@@ -83,7 +107,10 @@ def test_each_check_has_its_reason() -> None:
     assert reason(command(arrays=[["action", "object", [7]]])) == "dtype"
     assert reason(command(arrays=[["action", "float32", [7, 1]]])) == "shape"
     assert reason(command(arrays=[["other", "float32", [7]]])) == "shape"
-    assert reason(command(arrays=[["action", "float32", [7]], ["action", "float32", [7]]]) + [good[1]]) == "bad_header"
+    assert (
+        reason([*command(arrays=[["action", "float32", [7]], ["action", "float32", [7]]]), good[1]])
+        == "bad_header"
+    )
 
 
 def test_encode_refuses_what_cannot_cross() -> None:
@@ -91,7 +118,10 @@ def test_encode_refuses_what_cannot_cross() -> None:
         encode(Message("command", "op", 1, {}, {"action": np.zeros(3, dtype=object)}))
     with pytest.raises(TypeError):
         encode(Message("command", "op", 1, {"f": object()}, {}))
-    big_endian = decode(frames(Message("command", "op", 1, {}, {"action": np.arange(7, dtype=">f4")})), schema=SCHEMA)
+    big_endian = decode(
+        frames(Message("command", "op", 1, {}, {"action": np.arange(7, dtype=">f4")})),
+        schema=SCHEMA,
+    )
     np.testing.assert_array_equal(big_endian.arrays["action"], np.arange(7))
 
 

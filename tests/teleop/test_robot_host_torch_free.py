@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Keys
+from hil_fixtures import Keys
 
 LEARNER_STACK = ("torch", "unilab.train", "unilab.algos", "unilab.runtime", "unilab.policies")
 
@@ -23,9 +23,23 @@ print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
 def test_robot_host_runs_without_torch(keys: Keys, tmp_path: Path) -> None:
     out = subprocess.run(
         [
-            sys.executable, "-c", SCRIPT, "--robot", "sim:arm_reach", "--key",
-            keys.secret("robot"), "--allow", str(keys.allow), "--endpoint",
-            "tcp://127.0.0.1:0", "--max-ticks", "25", "--camera", "scene", "--camera-every", "5",
+            sys.executable,
+            "-c",
+            SCRIPT,
+            "--robot",
+            "sim:arm_reach",
+            "--key",
+            keys.secret("robot"),
+            "--allow",
+            str(keys.allow),
+            "--endpoint",
+            "tcp://127.0.0.1:0",
+            "--max-ticks",
+            "25",
+            "--camera",
+            "scene",
+            "--camera-every",
+            "5",
         ],
         capture_output=True,
         text=True,
@@ -35,7 +49,9 @@ def test_robot_host_runs_without_torch(keys: Keys, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     assert doc["rc"] == 0
-    loaded = [m for m in doc["modules"] if m.split(".")[0] == "torch" or m.startswith(LEARNER_STACK[1:])]
+    loaded = [
+        m for m in doc["modules"] if m.split(".")[0] == "torch" or m.startswith(LEARNER_STACK[1:])
+    ]
     assert loaded == [], f"the robot host imported {loaded[:10]}"
     assert "unilab.teleop.robot_host" in doc["modules"] and "msgpack" in doc["modules"]
     assert "25 ticks" in out.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Keys, running_host
+from hil_fixtures import Keys, running_host
 
 from unilab.data import EpisodeStore
 from unilab.deploy.sim_driver import SimDriver, SimDriverError
@@ -26,7 +26,9 @@ def test_sim_driver_limits_hold_and_cameras() -> None:
     try:
         assert isinstance(d, RobotDriver)
         low, high = d.joint_limits
-        assert low.shape == (7,) and np.all(low >= -3.0) and np.all(high <= 3.0) and np.all(low < high)
+        assert (
+            low.shape == (7,) and np.all(low >= -3.0) and np.all(high <= 3.0) and np.all(low < high)
+        )
         assert low[1] > -3.0  # joint2's range is tighter than the action clip
         target = np.clip(np.full(7, 0.4, np.float32), low, high)
         for _ in range(150):
@@ -47,13 +49,26 @@ def test_sim_driver_limits_hold_and_cameras() -> None:
         SimDriver("arm_reach", cameras=("wrist_cam",)).connect()
 
 
-def test_station_records_camera_frames_and_rerun(keys: Keys, demo_policy: Path, tmp_path: Path) -> None:
-    with running_host(keys, cameras=("scene",), camera_every=2) as host:
-        link = ClientLink(host.sockets.command_endpoint, secret_key=keys.secret("alice"), server_key=keys.public("robot"), sender="station")
+def test_station_records_camera_frames_and_rerun(
+    keys: Keys, demo_policy: Path, tmp_path: Path
+) -> None:
+    # A 50-period watchdog: a stall on a busy box must not cut the episode this test saves.
+    with running_host(keys, cameras=("scene",), camera_every=2, watchdog_periods=50) as host:
+        link = ClientLink(
+            host.sockets.command_endpoint,
+            secret_key=keys.secret("alice"),
+            server_key=keys.public("robot"),
+            sender="station",
+        )
         rrd = tmp_path / "session.rrd"
         station = OperatorStation(
-            link, policy=load_hil_policy(demo_policy), device=VirtualOperator(0, horizon=60),
-            store=tmp_path / "cam.zarr", operator="alice", live_view=LiveView(str(rrd)), auto_resume=True,
+            link,
+            policy=load_hil_policy(demo_policy),
+            device=VirtualOperator(0, horizon=60),
+            store=tmp_path / "cam.zarr",
+            operator="alice",
+            live_view=LiveView(str(rrd)),
+            auto_resume=True,
         )
         station.connect()
         # Save the episode after 60 frames (the virtual operator's script).
@@ -72,5 +87,5 @@ def test_policy_must_fit_the_robot(demo_policy: Path) -> None:
     robot = {"action_names": ["a"] * 6, "obs_dims": {"policy": 30}}
     with pytest.raises(PolicyMismatchError, match="outputs 7 actions"):
         policy.check_robot(robot)
-    with pytest.raises(PolicyMismatchError, match="no policy.onnx"):
+    with pytest.raises(PolicyMismatchError, match=r"no policy\.onnx"):
         load_hil_policy(demo_policy.parent / "nope")
