@@ -3,25 +3,17 @@ intruder) and a demo ONNX policy for arm_reach."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from hil_fixtures import Keys
 
-from unilab.teleop.keys import generate_keypair
+from unilab.teleop.session_tools import make_keyset
 
 
 @pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
-    root = tmp_path_factory.mktemp("keys")
-    for name in ("robot", "alice", "monitor", "intruder"):
-        generate_keypair(root, name)
-    allow = root / "allowed"
-    allow.mkdir()
-    for name in ("alice", "monitor"):  # the intruder's key is not in the allowlist
-        shutil.copy(root / "public" / f"{name}.key", allow / f"{name}.key")
-    return Keys(root, allow)
+    return make_keyset(tmp_path_factory.mktemp("keys"))
 
 
 @pytest.fixture(scope="session")

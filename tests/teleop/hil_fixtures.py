@@ -5,21 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from unilab.teleop.session_tools import KeySet
 
-@dataclass
-class Keys:
-    root: Path
-    allow: Path
-
-    def secret(self, name: str) -> str:
-        return str(self.root / "private" / f"{name}.key_secret")
-
-    def public(self, name: str) -> str:
-        return str(self.root / "public" / f"{name}.key")
+Keys = KeySet
 
 
 @contextmanager

@@ -14,12 +14,12 @@ import pytest
 import zmq
 from hil_fixtures import Keys, running_host
 
+from unilab.teleop.fuzz import EXPECTED_REASON, CommandFuzzer
 from unilab.teleop.keys import load_public, load_secret
 from unilab.teleop.link import ClientLink, LinkError, StatusSubscriber
 from unilab.teleop.protocol import Message, encode
 
 N = 1000
-LIMITS: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0), np.zeros(0))
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -130,109 +130,6 @@ def test_replayed_messages_deliver_nothing(keys: Keys) -> None:
         link.close()
 
 
-FUZZ_KINDS = (
-    "truncated_header",
-    "truncated_buffer",
-    "missing_frame",
-    "wrong_dtype",
-    "bad_dtype_name",
-    "wrong_shape",
-    "nan",
-    "inf",
-    "out_of_range",
-    "too_fast",
-    "oversize",
-    "bad_msgpack",
-    "not_a_map",
-    "ext_type",
-    "missing_field",
-    "unknown_type",
-    "bad_version",
-    "replay",
-)
-EXPECTED_REASON = {
-    "truncated_header": "bad_msgpack",
-    "truncated_buffer": "length",
-    "missing_frame": "frames",
-    "wrong_dtype": "dtype",
-    "bad_dtype_name": "dtype",
-    "wrong_shape": "shape",
-    "nan": "not_finite",
-    "inf": "not_finite",
-    "out_of_range": "out_of_range",
-    "too_fast": "too_fast",
-    "oversize": "oversize",
-    "bad_msgpack": "bad_msgpack",
-    "not_a_map": "bad_header",
-    "ext_type": "bad_msgpack",
-    "missing_field": "bad_header",
-    "unknown_type": "unknown_type",
-    "bad_version": "version",
-    "replay": "replay",
-}
-
-
-def _fuzz(
-    kind: str, link: ClientLink, target: np.ndarray, rng: np.random.Generator, used: int
-) -> list[bytes]:
-    good = _command(link, target)
-    header = msgpack.unpackb(good[0])
-    if kind == "truncated_header":
-        return [good[0][: int(rng.integers(1, len(good[0])))], good[1]]
-    if kind == "truncated_buffer":
-        return [good[0], good[1][: int(rng.integers(0, len(good[1])))]]
-    if kind == "missing_frame":
-        return [good[0]]
-    if kind in ("wrong_dtype", "bad_dtype_name", "wrong_shape"):
-        arr = target.astype(np.float64) if kind == "wrong_dtype" else target
-        if kind == "wrong_shape":
-            arr = target[:-1]
-        header["arrays"] = [
-            ["action", "float64" if kind == "wrong_dtype" else "object", list(arr.shape)]
-        ]
-        if kind == "wrong_shape":
-            header["arrays"] = [["action", "float32", list(arr.shape)]]
-        if kind == "bad_dtype_name":
-            header["arrays"] = [["action", str(rng.choice(["object", "<U4", ">f4", "O"])), [7]]]
-        return [msgpack.packb(header), arr.tobytes()]
-    if kind in ("nan", "inf", "out_of_range", "too_fast"):
-        bad = target.copy()
-        i = int(rng.integers(0, bad.size))
-        bad[i] = {"nan": np.nan, "inf": np.inf, "out_of_range": 1e3, "too_fast": 0.0}[kind]
-        if kind == "too_fast":  # one entry jumps 1.5 max steps, towards the middle of its range
-            low, high, step = LIMITS
-            bad[i] = target[i] + (1.5 if target[i] < (low[i] + high[i]) / 2 else -1.5) * step[i]
-        return _command(link, bad.astype(np.float32))
-    if kind == "oversize":
-        pad = bytes(40_000)
-        header["arrays"] = [
-            ["action", "float32", [7]],
-            ["pad_a", "uint8", [40_000]],
-            ["pad_b", "uint8", [40_000]],
-        ]
-        return [msgpack.packb(header), good[1], pad, pad]
-    if kind == "bad_msgpack":
-        return [bytes([0xC1]) + rng.bytes(int(rng.integers(0, 64))), good[1]]
-    if kind == "not_a_map":
-        return [msgpack.packb([1, 2, 3]), good[1]]
-    if kind == "ext_type":
-        header["body"] = {"x": msgpack.ExtType(42, b"\x80\x04")}  # a pickle opcode in an ext
-        return [msgpack.packb(header), good[1]]
-    if kind == "missing_field":
-        del header[str(rng.choice(["v", "type", "sender", "seq", "body", "arrays"]))]
-        return [msgpack.packb(header), good[1]]
-    if kind == "unknown_type":
-        header["type"] = "exec"
-        return [msgpack.packb(header), good[1]]
-    if kind == "bad_version":
-        header["v"] = 99
-        return [msgpack.packb(header), good[1]]
-    if kind == "replay":
-        header["seq"] = used
-        return [msgpack.packb(header), good[1]]
-    raise AssertionError(kind)
-
-
 def test_fuzzed_messages_all_rejected_while_robot_holds(keys: Keys) -> None:
     n_fuzz = 10_000
     # An hours-long watchdog: this test is about the filter, not about scheduling on a busy
@@ -245,25 +142,24 @@ def test_fuzzed_messages_all_rejected_while_robot_holds(keys: Keys) -> None:
         assert watch.recv(5.0) is not None
         assert link.control("resume", operator="alice").body["ok"]
         hold = host.filter.target.copy()
-        global LIMITS
         LIMITS = (host.filter.low, host.filter.high, host.filter.max_step)
         keepalive = _command(link, hold)
         link.sock.send_multipart(keepalive)
         assert wait_until(lambda: host.accepted == 1)
         used = msgpack.unpackb(keepalive[0])["seq"]
         received = host.received
-        rng = np.random.default_rng(0)
+        fuzzer = CommandFuzzer(link.sender, link.seq, hold, LIMITS, used, seed=0)
         sent: Counter[str] = Counter()
-        for i in range(n_fuzz):
-            kind = FUZZ_KINDS[int(rng.integers(0, len(FUZZ_KINDS)))]
-            link.sock.send_multipart(_fuzz(kind, link, hold, rng, used))
-            sent[EXPECTED_REASON[kind]] += 1
+        for i, (frames, reason) in enumerate(fuzzer.messages(n_fuzz)):
+            link.sock.send_multipart(frames)
+            sent[reason] += 1
             if i % 200 == 0:
                 time.sleep(0.002)  # let the host drain (its receive queue holds 1000)
         assert wait_until(lambda: host.received == received + n_fuzz, timeout=30.0), host.received
         rejected = {k: v for k, v in host.rejects.items() if v}
         assert sum(rejected.values()) == n_fuzz
         assert rejected == dict(sent), (rejected, dict(sent))
+        assert set(sent) == set(EXPECTED_REASON.values())  # every reason was exercised
         assert host.accepted == 1
         np.testing.assert_array_equal(host.filter.target, hold)
         # Every tick during the flood applied the held target.
