@@ -1,6 +1,7 @@
 """Running HIL parts as real processes on loopback and checking what they recorded: used by
 the HIL tests and by bench/hil.py (scripted sessions, link-loss trials).
 
+- `host_in_thread`: a robot host on a thread of this process (counters readable directly);
 - `start_host_process` / `stop_process`: `python -m unilab.teleop.robot_host` with a ready
   file, so callers wait for the bound sockets rather than sleeping;
 - `run_scripted_session`: a robot host process plus an operator station in this process
@@ -17,8 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,32 @@ def make_keyset(root: Path, clients: Sequence[str] = ("alice", "monitor")) -> Ke
     for name in clients:
         shutil.copy(root / "public" / f"{name}.key", allow / f"{name}.key")
     return KeySet(root, allow)
+
+
+@contextmanager
+def host_in_thread(keys: KeySet, **host_options: Any) -> Iterator[Any]:
+    """A robot host over a simulated arm_reach on a free loopback port, on a thread."""
+    from unilab.deploy.sim_driver import SimDriver
+    from unilab.teleop.link import HostSockets
+    from unilab.teleop.robot_host import RobotHost
+
+    task = host_options.pop("task", {"name": "arm_reach"})
+    cameras = host_options.pop("cameras", ())
+    driver = SimDriver(task, cameras=cameras)
+    driver.connect()
+    sockets = HostSockets.bind(
+        secret_key=keys.secret("robot"), allow_dir=keys.allow, endpoint="tcp://127.0.0.1:0"
+    )
+    host = RobotHost(driver, sockets, **host_options)
+    thread = threading.Thread(target=host.run, name="robot-host", daemon=True)
+    thread.start()
+    try:
+        yield host
+    finally:
+        host.request_stop()
+        thread.join(timeout=10)
+        sockets.close()
+        driver.disconnect()
 
 
 def free_port_pair() -> int:
@@ -171,6 +200,9 @@ class LabelCheck:
     spans: int = 0
     full_length: int = 0
     mismatched_episodes: list[int] = field(default_factory=list)
+    """Episodes whose labels differ from the takeovers the operator performed."""
+    off_schedule_episodes: list[int] = field(default_factory=list)
+    """Episodes whose performed takeovers were later than scheduled (a skipped tick)."""
     dropped_but_stored: list[int] = field(default_factory=list)
     held_frames: int = 0
     ends: dict[str, int] = field(default_factory=dict)
@@ -181,8 +213,9 @@ class LabelCheck:
 
 
 def compare_labels(store_path: Path, operator: Any, episode_frames: int) -> LabelCheck:
-    """Each stored episode's labels against `operator.expected_labels` for its session
-    episode; episodes the operator discarded or re-recorded must be absent."""
+    """Each stored episode's labels against the takeover spans the virtual operator
+    performed in its session episode (and those against its schedule); episodes the
+    operator discarded or re-recorded must be absent."""
     from unilab.data import EpisodeStore
 
     dropped = {ep for ep, _, ev in operator.pressed if ev in (DISCARD, RERECORD)}
@@ -193,9 +226,11 @@ def compare_labels(store_path: Path, operator: Any, episode_frames: int) -> Labe
             ep = store.episode(i, ["is_intervention", "held"])
             se = int(meta.tags["session_episode"])
             labels = ep["is_intervention"]
-            expected = operator.expected_labels(se, len(labels))
-            if not np.array_equal(labels, expected):
+            performed = operator.performed_labels(se, len(labels))
+            if not np.array_equal(labels, performed):
                 out.mismatched_episodes.append(se)
+            if not np.array_equal(performed, operator.expected_labels(se, len(labels))):
+                out.off_schedule_episodes.append(se)
             if se in dropped:
                 out.dropped_but_stored.append(se)
             end = str(meta.tags.get("end", ""))

@@ -3,7 +3,9 @@ moves the robot smoothly while in control, and presses episode keys where told.
 
 `spans(episode)` is the schedule: 1-2 takeovers per episode at episode frames drawn from
 `seed` and the episode index alone, so a test can compute the labels a recording must
-have (`expected_labels`) without looking at the recording.
+have (`expected_labels`) without looking at the recording. `pressed` logs every key the
+operator actually pressed, at which episode frame; `performed_labels` turns its takeover
+presses into labels (they equal the schedule unless the station skipped a tick).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class VirtualOperator:
         self._target: np.ndarray = np.zeros(0, np.float32)
         self._goal: np.ndarray = np.zeros(0, np.float32)
         self._rng = np.random.default_rng(seed)
+        self._toggles: list[int] = []
+        self._next_toggle = 0
+        self._fired: set[tuple[int, int]] = set()
         self.pressed: list[tuple[int, int, str]] = []
 
     def spans(self, episode: int) -> list[tuple[int, int]]:
@@ -57,9 +62,22 @@ class VirtualOperator:
         return out
 
     def expected_labels(self, episode: int, length: int) -> np.ndarray:
+        """Labels the schedule asks for (what a recording must hold when the station
+        answered every tick at the scheduled frames)."""
         labels = np.zeros(length, dtype=bool)
         for a, b in self.spans(episode):
             labels[a : min(b, length)] = True
+        return labels
+
+    def performed_labels(self, episode: int, length: int) -> np.ndarray:
+        """Labels from the takeover key presses this operator actually made in `episode`
+        (a toggle lands on the first frame the station asked about at or after its
+        scheduled frame: a station that skipped a tick under load delays it)."""
+        toggles = [f for ep, f, ev in self.pressed if ep == episode and ev == TAKEOVER]
+        labels = np.zeros(length, dtype=bool)
+        for i in range(0, len(toggles), 2):
+            end = toggles[i + 1] if i + 1 < len(toggles) else length
+            labels[toggles[i] : min(end, length)] = True
         return labels
 
     # ------------------------------------------------------------------ device
@@ -71,6 +89,9 @@ class VirtualOperator:
     def begin_episode(self, episode: int) -> None:
         self.episode = episode
         self.human = False
+        self._toggles = [f for span in self.spans(episode) for f in span]
+        self._next_toggle = 0
+        self._fired = set()
 
     def start(self, current: np.ndarray) -> None:
         assert self._space is not None
@@ -87,14 +108,14 @@ class VirtualOperator:
     def poll(self, frame: int, obs: dict[str, np.ndarray], dt: float) -> DeviceInput:
         assert self._space is not None, "connect() first"
         events: list[str] = []
-        starts = {a for a, _ in self.spans(self.episode)}
-        ends = {b for _, b in self.spans(self.episode)}
-        if (not self.human and frame in starts) or (self.human and frame in ends):
+        if self._next_toggle < len(self._toggles) and frame >= self._toggles[self._next_toggle]:
             events.append(TAKEOVER)
             self.human = not self.human
-        scripted = self.script.get((self.episode, frame))
-        if scripted is not None:
-            events.append(scripted)
+            self._next_toggle += 1
+        for (ep, at), event in self.script.items():
+            if ep == self.episode and frame >= at and (ep, at) not in self._fired:
+                self._fired.add((ep, at))
+                events.append(event)
         for ev in events:
             self.pressed.append((self.episode, frame, ev))
         step = self._space.max_step * 0.3

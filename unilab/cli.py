@@ -118,6 +118,7 @@ BENCHMARKS = {
     "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
+    "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 
@@ -164,7 +165,9 @@ def cmd_hil_verbs(args: argparse.Namespace) -> int:
         return run(rest)
     sub_verb = {"hil": "run", "teleop": "keygen"}[args.verb]
     if not rest or rest[0] in ("-h", "--help"):
-        print(f"usage: unilab {args.verb} {sub_verb} [options]  (see `unilab {args.verb} {sub_verb} --help`)")
+        print(
+            f"usage: unilab {args.verb} {sub_verb} [options]  (see `unilab {args.verb} {sub_verb} --help`)"
+        )
         return 0 if rest else EXIT_BAD_INPUT
     if rest[0] != sub_verb:
         raise ConfigError(f"unknown subcommand {rest[0]!r}; valid: {sub_verb}")

@@ -37,7 +37,13 @@ def test_scripted_session_labels_match_takeover_spans(
         host_args=("--task", "episode_length_s=2", "--watchdog-periods", "10"),
     )
     check = compare_labels(store, operator, EPISODE_FRAMES)
-    assert check.exact, check
+    assert check.exact, check  # labels == the takeovers performed, frame by frame
+    # ... which are the scheduled ones, or a tick or two later where the station skipped one.
+    assert len(check.off_schedule_episodes) <= 1, check
+    for ep, frame, event in operator.pressed:
+        if event == "takeover":
+            scheduled = [f for span in operator.spans(ep) for f in span]
+            assert any(0 <= frame - f <= 3 for f in scheduled), (ep, frame, scheduled)
     assert check.episodes == report["episodes_saved"] >= 5
     assert check.full_length >= 2 and check.spans >= 4
     assert report["takeovers"] >= check.spans
