@@ -54,7 +54,9 @@ def _import(name: str) -> Any:
         return importlib.import_module(name)
     except ImportError as exc:
         if exc.name and (exc.name == "lerobot" or exc.name.startswith("lerobot.")):
-            raise LeRobotUnavailableError(f"the lerobot package is not installed: {INSTALL_HINT}") from None
+            raise LeRobotUnavailableError(
+                f"the lerobot package is not installed: {INSTALL_HINT}"
+            ) from None
         raise
 
 
@@ -67,7 +69,9 @@ def _registered(kind: str, type_name: str, modules: dict[str, tuple[str, ...]]) 
             continue  # the other name of this module in another 0.4.x release
     base = package.RobotConfig if kind == "robots" else package.TeleoperatorConfig
     factory = (
-        package.make_robot_from_config if kind == "robots" else package.make_teleoperator_from_config
+        package.make_robot_from_config
+        if kind == "robots"
+        else package.make_teleoperator_from_config
     )
     try:
         config_cls = base.get_choice_class(type_name)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from unilab.robots.lerobot_compat import LeRobotUnavailableError, make_lerobot_robot
 from unilab.robots.interface import CameraSpec, StepOutcome
+from unilab.robots.lerobot_compat import LeRobotUnavailableError, make_lerobot_robot
 
 DEFAULT_RANGE = (-100.0, 100.0)
 GRIPPER_RANGE = (0.0, 100.0)
@@ -151,4 +151,8 @@ class LeRobotDriver:
         return hold
 
     def read_cameras(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(self._last_obs[k], dtype=np.uint8) for k in self._cameras if k in self._last_obs}
+        return {
+            k: np.asarray(self._last_obs[k], dtype=np.uint8)
+            for k in self._cameras
+            if k in self._last_obs
+        }

@@ -54,6 +54,9 @@ def test_station_records_camera_frames_and_rerun(
 ) -> None:
     # A 50-period watchdog: a stall on a busy box must not cut the episode this test saves.
     with running_host(keys, cameras=("scene",), camera_every=2, watchdog_periods=50) as host:
+        end = time.monotonic() + 60  # the camera process renders its first frame first
+        while host.camera_seq == 0 and time.monotonic() < end:
+            time.sleep(0.05)
         link = ClientLink(
             host.sockets.command_endpoint,
             secret_key=keys.secret("alice"),

@@ -82,5 +82,7 @@ class InterventionSampler(Sampler[int]):
         return self.num_samples
 
     def __iter__(self) -> Iterator[int]:
-        draws = self._rng.choice(len(self.probabilities), size=self.num_samples, p=self.probabilities)
+        draws = self._rng.choice(
+            len(self.probabilities), size=self.num_samples, p=self.probabilities
+        )
         return iter(draws.tolist())

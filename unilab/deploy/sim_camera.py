@@ -12,6 +12,7 @@ returns the newest complete frames.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -44,7 +45,9 @@ def _read_exact(stream: object, n: int) -> bytes | None:
 class CameraProcess:
     """Renders states of `model` for cameras `names` in a child process."""
 
-    def __init__(self, model: mujoco.MjModel, names: Sequence[str], height: int, width: int) -> None:
+    def __init__(
+        self, model: mujoco.MjModel, names: Sequence[str], height: int, width: int
+    ) -> None:
         self.names = tuple(names)
         self.shape = (int(height), int(width), 3)
         self._frame_bytes = int(np.prod(self.shape))
@@ -54,7 +57,15 @@ class CameraProcess:
         env = dict(os.environ)
         env.setdefault("MUJOCO_GL", "egl")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "unilab.deploy.sim_camera", str(path), str(height), str(width), *self.names],
+            [
+                sys.executable,
+                "-m",
+                "unilab.deploy.sim_camera",
+                str(path),
+                str(height),
+                str(width),
+                *self.names,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -73,9 +84,9 @@ class CameraProcess:
         """Ask for frames of this state unless a render is still running."""
         if not self._idle.is_set() or self._proc.poll() is not None:
             return
-        state = np.concatenate(
-            [data.qpos, data.mocap_pos.ravel(), data.mocap_quat.ravel()]
-        ).astype("<f8")
+        state = np.concatenate([data.qpos, data.mocap_pos.ravel(), data.mocap_quat.ravel()]).astype(
+            "<f8"
+        )
         self._idle.clear()
         try:
             assert self._proc.stdin is not None
@@ -94,8 +105,9 @@ class CameraProcess:
                 self.error = self.error or f"camera process ended: {err.strip()[-500:]}"
                 return
             frames = {
-                name: np.frombuffer(blob, np.uint8, self._frame_bytes, i * self._frame_bytes)
-                .reshape(self.shape)
+                name: np.frombuffer(
+                    blob, np.uint8, self._frame_bytes, i * self._frame_bytes
+                ).reshape(self.shape)
                 for i, name in enumerate(self.names)
             }
             with self._lock:
@@ -109,10 +121,8 @@ class CameraProcess:
 
     def close(self) -> None:
         if self._proc.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._proc.stdin.close()
-            except OSError:
-                pass
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

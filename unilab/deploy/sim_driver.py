@@ -82,8 +82,12 @@ class SimDriver:
         if self._position:
             default = np.asarray(spec.default_pose[:n_joint], dtype=np.float64)
             scale = float(spec.action_scale)
-            low[:n_joint] = np.maximum(low[:n_joint], (np.asarray(spec.joint_lower[:n_joint]) - default) / scale)
-            high[:n_joint] = np.minimum(high[:n_joint], (np.asarray(spec.joint_upper[:n_joint]) - default) / scale)
+            low[:n_joint] = np.maximum(
+                low[:n_joint], (np.asarray(spec.joint_lower[:n_joint]) - default) / scale
+            )
+            high[:n_joint] = np.minimum(
+                high[:n_joint], (np.asarray(spec.joint_upper[:n_joint]) - default) / scale
+            )
         self._low, self._high = low.astype(np.float32), high.astype(np.float32)
         self._n_joint = n_joint
         names = list(spec.joint_names[:n_joint]) + [f"action_{i}" for i in range(n_joint, n_act)]
@@ -92,7 +96,7 @@ class SimDriver:
         if unknown:
             have = [model.camera(i).name for i in range(model.ncam)]
             raise SimDriverError(
-                f"task {task.cfg.name!r} has no camera(s) {unknown}; it has {have + [SCENE_CAMERA]}"
+                f"task {task.cfg.name!r} has no camera(s) {unknown}; it has {[*have, SCENE_CAMERA]}"
             )
         self._obs = task.reset()
         self._last_action = np.zeros(n_act, dtype=np.float32)
@@ -133,7 +137,11 @@ class SimDriver:
 
     @property
     def obs_dims(self) -> dict[str, int]:
-        return {g: int(v.shape[1]) for g, v in self._obs.items()} if self._obs else self._task().obs_dims
+        return (
+            {g: int(v.shape[1]) for g, v in self._obs.items()}
+            if self._obs
+            else self._task().obs_dims
+        )
 
     @property
     def joint_limits(self) -> tuple[np.ndarray, np.ndarray]:
