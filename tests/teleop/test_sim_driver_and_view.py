@@ -92,3 +92,26 @@ def test_policy_must_fit_the_robot(demo_policy: Path) -> None:
         policy.check_robot(robot)
     with pytest.raises(PolicyMismatchError, match=r"no policy\.onnx"):
         load_hil_policy(demo_policy.parent / "nope")
+
+
+def test_chunked_policy_runs_open_loop_and_reports_success() -> None:
+    """A VLA-style policy returns (H, A) chunks and a predicted success: one action per
+    tick from the chunk, a new call only when it is used up or after reset()."""
+    from unilab.teleop.policy_runner import HilPolicy
+
+    calls = []
+
+    def vla(obs: dict[str, np.ndarray]) -> dict[str, object]:
+        calls.append(1)
+        base = float(len(calls))
+        return {
+            "actions": np.full((3, 2), base) + np.arange(3)[:, None],
+            "predicted_success": [0.25 * base],
+        }
+
+    policy = HilPolicy(vla)
+    steps = [policy({}) for _ in range(4)]
+    assert [s.action[0] for s in steps] == [1.0, 2.0, 3.0, 2.0] and len(calls) == 2
+    assert steps[0].predicted_success == 0.25 and steps[3].predicted_success == 0.5
+    policy.reset()
+    assert policy({}).action[0] == 3.0 and len(calls) == 3
