@@ -172,7 +172,7 @@ def link_loss(keys: KeySet, policy: Path, workdir: Path, trials: int) -> dict[st
         server_key=keys.public("robot"),
         sender="monitor",
     )
-    latencies, reasons = [], Counter[str]()
+    latencies, reasons, failed = [], Counter[str](), []
     try:
         monitor.hello("monitor", role="observer")
         monitor.subscribe()
@@ -180,6 +180,10 @@ def link_loss(keys: KeySet, policy: Path, workdir: Path, trials: int) -> dict[st
             station = start_station_process(keys, endpoint, policy)
             try:
                 latency, reason = link_loss_trial(monitor, station)
+            except RuntimeError as exc:  # counted and reported, the run goes on
+                failed.append(f"trial {k + 1}: {exc}")
+                print(f"  trial {k + 1}/{trials}: FAILED {exc}", flush=True)
+                continue
             finally:
                 if station.poll() is None:
                     station.kill()
@@ -195,6 +199,8 @@ def link_loss(keys: KeySet, policy: Path, workdir: Path, trials: int) -> dict[st
     ms = np.asarray(latencies) * 1e3
     out = {
         "trials": trials,
+        "measured": len(latencies),
+        "failed_trials": failed,
         "p50_ms": float(np.percentile(ms, 50)),
         "p99_ms": float(np.percentile(ms, 99)),
         "max_ms": float(ms.max()),

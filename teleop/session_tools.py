@@ -267,6 +267,9 @@ def start_station_process(
             "alice",
             "--duration",
             str(duration_s),
+            # A stall of the station on a busy box can trip the watchdog before the kill;
+            # resuming keeps the trial about the kill.
+            "--auto-resume",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
