@@ -282,6 +282,7 @@ class RobotHost:
             self.episode += 1
             self.episode_step = 0
             self._just_reset = True  # the next status shows the reset state, unstepped
+            self.applied = Applied()
             if self.mode == RUNNING:
                 self.watchdog.feed(time.monotonic())
         elif op in ("release", "bye"):
@@ -382,6 +383,7 @@ class RobotHost:
             self.episode += 1
             self.episode_step = 0
             self.filter.reseat(self.driver.hold_action())
+            self.applied = Applied()  # until a new command, the robot holds for safety
         arrays["target"] = self.filter.target
         if self.camera_every and self.tick % self.camera_every == 0:
             frames = self.driver.read_cameras()
