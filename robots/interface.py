@@ -14,11 +14,19 @@ members, at the robot's control rate:
 
 `unilab.deploy.sim_robot.SimRobot` implements it over one env of a registered task. A real driver implements the
 same members; nothing else in a controller changes.
+
+`RobotDriver` extends it with what a robot host (unilab.teleop.robot_host) needs next to
+real hardware: connect/disconnect, the action names and joint limits in action units, the
+largest safe change of a command per control step, a safe stop that holds the robot where
+it is, camera frames, and the outcome of the last step (reward/termination where the robot
+can report them, as a simulated one can). Drivers: `unilab.deploy.sim_driver.SimDriver`
+(one env of a registered task) and `unilab.robots.lerobot_follower.LeRobotDriver`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -35,3 +43,79 @@ class Robot(Protocol):
     def act(self, action: np.ndarray) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One camera of a robot: frames are (height, width, channels) uint8 RGB."""
+
+    height: int
+    width: int
+    channels: int = 3
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, self.channels)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the last `act` led to, where the robot can tell (a simulated one can; a real
+    one reports reward 0 and never ends an episode by itself)."""
+
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+
+
+@runtime_checkable
+class RobotDriver(Robot, Protocol):
+    """A `Robot` a robot host drives next to the hardware. All vectors are (action_dim,)
+    float32 in the driver's action units (policy units for a simulated task, joint
+    positions for a LeRobot arm)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def action_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def obs_dims(self) -> dict[str, int]: ...
+
+    @property
+    def joint_limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high): every command must lie inside, per action entry."""
+        ...
+
+    @property
+    def max_step(self) -> np.ndarray:
+        """Largest change of a command from one control step to the next, per entry."""
+        ...
+
+    @property
+    def cameras(self) -> dict[str, CameraSpec]: ...
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    def connect(self) -> None:
+        """Open the hardware (or build the simulator); raises a clear error when absent."""
+        ...
+
+    def disconnect(self) -> None: ...
+
+    def hold_action(self) -> np.ndarray:
+        """The command that keeps the robot where it is now (present joint positions for
+        position control, zero for force control)."""
+        ...
+
+    def safe_stop(self) -> np.ndarray:
+        """Stop moving now: command `hold_action()` and return it."""
+        ...
+
+    def read_cameras(self) -> dict[str, np.ndarray]:
+        """The newest frame of every camera in `cameras`."""
+        ...
+
+    def outcome(self) -> StepOutcome: ...

@@ -18,9 +18,12 @@ BENCHMARKS = {
     "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
+    "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
+    "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
-MEASURED = [n for n in BENCHMARKS if not n.startswith("learn_") and n != "report"]
+MEASURED = ["sim", "runtime", "e2e", "scaling", "vla"]
+"""What `unilab bench all` runs (then `report`); learn_* and the long hil soak run by name."""
 
 
 def run_benchmark(name: str, argv: list[str]) -> int:

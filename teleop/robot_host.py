@@ -1,0 +1,614 @@
+"""`unilab robot-host`: the process next to a robot. It owns the driver, the safety filter
+and the watchdog, and speaks the HIL protocol over CurveZMQ (unilab.teleop.link).
+
+The loop runs at the robot's control rate. Between ticks it reads commands as they come
+(so the watchdog sees each one's arrival); at each tick it applies the last safe target,
+reads the robot, and publishes one status message. A command becomes the target only when
+it decodes against the negotiated schema, is not a replay, comes from the client holding
+control while the robot runs, and passes the safety filter; anything else is counted
+under its reason and changes nothing. No valid command for `watchdog_periods` control
+periods while running -> safe stop (the driver holds the robot where it is) and control is
+released; a client must send `resume` to move the robot again.
+
+Needs only numpy, pyzmq, msgpack and the driver (never torch or the learner stack), so it
+runs in LeRobot's environment next to LeRobot's drivers.
+
+    unilab robot-host --robot sim:arm_reach --key keys/private/robot.key_secret \\
+        --allow keys/allowed --endpoint tcp://127.0.0.1:5555
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from unilab.robots.interface import RobotDriver, StepOutcome
+from unilab.teleop.link import IMAGE_PREFIX, MAX_COMMAND_BYTES, HostSockets, frames_of
+from unilab.teleop.protocol import (
+    BAD_HEADER,
+    FRAMES,
+    NO_HELLO,
+    NOT_CONTROLLER,
+    NOT_RUNNING,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    ArraySpec,
+    Message,
+    ProtocolError,
+    ReplayGuard,
+    SequenceCounter,
+    decode,
+    encode,
+    schema_to_wire,
+)
+from unilab.teleop.safety import SafetyFilter, Watchdog
+
+RUNNING, STOPPED = "running", "stopped"
+SOURCES = ("policy", "human")
+CONTROL_OPS = ("resume", "stop", "reset", "release", "bye")
+DRAIN_LIMIT = 256
+"""Messages handled per wake-up before the loop checks its tick and watchdog again."""
+
+
+class RobotHostError(RuntimeError):
+    """The robot host cannot start as asked (bad robot spec, missing driver, bad keys)."""
+
+
+def make_driver(spec: str, **options: Any) -> RobotDriver:
+    """`sim:<task>` or `lerobot:<type>:<port>` -> a driver (not yet connected)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "sim" and rest:
+        from unilab.deploy.sim_driver import SimDriver
+
+        cams = options.get("cameras") or ()
+        return SimDriver(
+            {"name": rest, **dict(options.get("task_overrides") or {})},
+            seed=int(options.get("seed", 0)),
+            cameras=tuple(cams),
+            max_step_fraction=float(options.get("max_step_fraction", 0.25)),
+        )
+    if kind == "lerobot":
+        rtype, _, port = rest.partition(":")
+        if not rtype or not port:
+            raise RobotHostError(
+                f"robot {spec!r}: use lerobot:<type>:<port>, e.g. lerobot:so101_follower:/dev/ttyACM0"
+            )
+        from unilab.robots.lerobot_follower import LeRobotDriver
+
+        return LeRobotDriver(
+            rtype,
+            port,
+            robot_id=options.get("robot_id") or None,
+            cameras=options.get("lerobot_cameras") or {},
+            max_step=options.get("max_step"),
+        )
+    raise RobotHostError(
+        f"robot {spec!r}: expected sim:<task> (e.g. sim:arm_reach) or lerobot:<type>:<port> "
+        "(e.g. lerobot:so101_follower:/dev/ttyACM0)"
+    )
+
+
+@dataclass
+class Applied:
+    seq: int = -1
+    source: str = "safety"
+    operator: str = ""
+    answers: int = -1
+    info: dict[str, Any] | None = None
+
+
+class RobotHost:
+    """The control loop around one connected driver and bound sockets."""
+
+    def __init__(
+        self,
+        driver: RobotDriver,
+        sockets: HostSockets,
+        *,
+        name: str | None = None,
+        watchdog_periods: int = 3,
+        camera_every: int = 0,
+    ) -> None:
+        self.driver = driver
+        self.sockets = sockets
+        self.name = name or driver.name.replace(":", "-").replace("/", "_")[:64]
+        self.period = float(driver.control_dt)
+        low, high = driver.joint_limits
+        self.filter = SafetyFilter(low, high, driver.max_step)
+        self.watchdog = Watchdog(self.period, watchdog_periods)
+        self.camera_every = int(camera_every)
+        self.session = uuid.uuid4().hex[:12]
+        self.guard = ReplayGuard()
+        self.reply_seq = SequenceCounter()
+        self.status_seq = SequenceCounter()
+        self.mode = STOPPED
+        self.stop_reason = "startup"
+        self.stopped_at = time.monotonic()
+        self.controller: tuple[str, str] | None = None
+        self.controller_operator = ""
+        self.greeted: set[tuple[str, str]] = set()
+        self.applied = Applied()
+        self._new_command = False
+        self._just_reset = False
+        self.tick = 0
+        self.episode = 0
+        self.episode_step = 0
+        self.received = 0
+        self.accepted = 0
+        self.rejects: Counter[str] = Counter()
+        self.watchdog_stops = 0
+        self.late_ticks = 0
+        self.camera_seq = 0
+        self.last_reject = ""
+        self._stop_requested = False
+        self._obs: dict[str, np.ndarray] = driver.observe()
+        self.schema = self._schema()
+        self.filter.reseat(driver.hold_action())
+
+    # ------------------------------------------------------------------ schema
+    def _schema(self) -> dict[str, dict[str, ArraySpec]]:
+        n = self.filter.action_dim
+        status = {f"obs/{g}": ArraySpec("float32", v.shape) for g, v in self._obs.items()}
+        status["action"] = ArraySpec("float32", (n,))
+        status["target"] = ArraySpec("float32", (n,))
+        for cam, spec in self.driver.cameras.items():
+            status[f"{IMAGE_PREFIX}{cam}"] = ArraySpec("uint8", spec.shape)
+        return {"command": {"action": ArraySpec("float32", (n,))}, "status": status}
+
+    def describe(self) -> dict[str, Any]:
+        low, high = self.filter.low, self.filter.high
+        return {
+            "name": self.name,
+            "driver": self.driver.name,
+            "control_dt": self.period,
+            "action_names": list(self.driver.action_names),
+            "action_low": low.tolist(),
+            "action_high": high.tolist(),
+            "max_step": self.filter.max_step.tolist(),
+            "obs_dims": {g: int(v.shape[0]) for g, v in self._obs.items()},
+            "cameras": {c: list(s.shape) for c, s in self.driver.cameras.items()},
+            "watchdog_s": self.watchdog.timeout_s,
+        }
+
+    # ------------------------------------------------------------------ replies
+    def _reply(self, ident: Any, mtype: str, body: dict[str, Any]) -> None:
+        msg = Message(mtype, self.name, self.reply_seq.next(), body, {}, time.time())
+        # A client that does not read its replies loses them.
+        with contextlib.suppress(zmq.Again):
+            self.sockets.command.send_multipart([ident, *encode(msg)], flags=zmq.NOBLOCK)
+
+    # ------------------------------------------------------------------ messages
+    def _reject(self, reason: str, detail: str) -> None:
+        self.rejects[reason] += 1
+        self.last_reject = f"{reason}: {detail}"[:200]
+
+    def _handle(self, parts: list[Any], now: float) -> None:
+        self.received += 1
+        if len(parts) < 2:
+            self._reject(FRAMES, "no message after the routing frame")
+            return
+        ident = parts[0]
+        try:
+            user_id = parts[1].get("User-Id") if isinstance(parts[1], zmq.Frame) else ""
+        except zmq.ZMQError:
+            user_id = ""
+        try:
+            msg = decode(
+                frames_of(parts[1:]),
+                schema=self.schema,
+                max_message_bytes=MAX_COMMAND_BYTES,
+                types=("hello", "control", "command"),
+            )
+            msg.user_id = str(user_id or "")
+            self.guard.check(msg)
+            if msg.type == "hello":
+                self._hello(ident, msg)
+            elif msg.type == "control":
+                self._control(ident, msg)
+            else:
+                self._command(msg, now)
+        except ProtocolError as exc:
+            self._reject(exc.reason, exc.detail)
+            if exc.reason in ("version",):
+                self._reply(ident, "error", {"reason": exc.reason, "detail": exc.detail})
+
+    def _hello(self, ident: Any, msg: Message) -> None:
+        versions = msg.body.get("versions", [PROTOCOL_VERSION])
+        common = [v for v in SUPPORTED_VERSIONS if isinstance(versions, list) and v in versions]
+        if not common:
+            self._reply(
+                ident,
+                "error",
+                {"reason": "version", "detail": f"host speaks {list(SUPPORTED_VERSIONS)}"},
+            )
+            raise ProtocolError("version", f"client offers {versions}")
+        self.greeted.add((msg.user_id, msg.sender))
+        self._reply(
+            ident,
+            "welcome",
+            {
+                "robot": self.describe(),
+                "schema": schema_to_wire(self.schema),
+                "session": self.session,
+                "version": max(common),
+            },
+        )
+
+    def _control(self, ident: Any, msg: Message) -> None:
+        who = (msg.user_id, msg.sender)
+        if who not in self.greeted:
+            raise ProtocolError(NO_HELLO, "say hello before control")
+        op = msg.body.get("op")
+        if op not in CONTROL_OPS:
+            self._reply(
+                ident,
+                "ack",
+                {
+                    "op": str(op)[:32],
+                    "ok": False,
+                    "detail": f"op must be one of {list(CONTROL_OPS)}",
+                },
+            )
+            return
+        ok, detail = True, ""
+        if op == "stop":  # anyone authenticated may stop the robot
+            self.safe_stop("stop requested by " + msg.sender, release=False)
+        elif op == "resume":
+            if self.controller not in (None, who):
+                ok, detail = False, f"robot is controlled by {self.controller[1]}"
+            else:
+                self.controller = who
+                self.controller_operator = str(msg.body.get("operator", msg.sender))[:64]
+                self.filter.reseat(self.driver.hold_action())
+                self.mode = RUNNING
+                self.stop_reason = ""
+                self.watchdog.feed(time.monotonic())
+        elif self.controller != who:
+            ok, detail = False, "only the client in control may do this"
+        elif op == "reset":
+            self._obs = self.driver.reset()
+            self.filter.reseat(self.driver.hold_action())
+            self.episode += 1
+            self.episode_step = 0
+            self._just_reset = True  # the next status shows the reset state, unstepped
+            self.applied = Applied()
+            if self.mode == RUNNING:
+                self.watchdog.feed(time.monotonic())
+        elif op in ("release", "bye"):
+            self.safe_stop(f"released by {msg.sender}", release=True)
+        self._reply(
+            ident,
+            "ack",
+            {"op": op, "ok": ok, "detail": detail, "tick": self.tick, "episode": self.episode},
+        )
+
+    def _command(self, msg: Message, now: float) -> None:
+        if self.controller != (msg.user_id, msg.sender):
+            raise ProtocolError(NOT_CONTROLLER, f"{msg.sender} does not hold control")
+        if self.mode != RUNNING:
+            raise ProtocolError(NOT_RUNNING, "the robot is stopped; send resume first")
+        source = msg.body.get("source")
+        if source not in SOURCES:
+            raise ProtocolError(BAD_HEADER, f"command source must be one of {SOURCES}")
+        self.filter.check(msg.arrays["action"])  # raises with the reason
+        self.accepted += 1
+        self.watchdog.feed(now)
+        answers = msg.body.get("answers", -1)
+        info = msg.body.get("info")
+        self.applied = Applied(
+            seq=msg.seq,
+            source=source,
+            operator=str(msg.body.get("operator", ""))[:64],
+            answers=answers if isinstance(answers, int) else -1,
+            info=info if isinstance(info, dict) else None,
+        )
+        self._new_command = True
+
+    # ------------------------------------------------------------------ safety
+    def safe_stop(self, reason: str, *, release: bool) -> None:
+        hold = self.driver.safe_stop()
+        self.filter.reseat(hold)
+        if self.mode == RUNNING or release:
+            self.stopped_at = time.monotonic()
+        self.mode = STOPPED
+        self.stop_reason = reason
+        self.watchdog.disarm()
+        self.applied = Applied()
+        if release:
+            self.controller = None
+            self.controller_operator = ""
+
+    # ------------------------------------------------------------------ the loop
+    def _tick(self, now: float) -> None:
+        held = not self._new_command
+        self._new_command = False
+        target = self.filter.target.copy()
+        if self._just_reset:  # publish the first state of the episode before moving
+            self._just_reset = False
+            outcome = StepOutcome()
+            held = True
+        else:
+            self.driver.act(target)
+            outcome = self.driver.outcome()
+            self.episode_step += 1
+        self._obs = self.driver.observe()
+        ended = outcome.terminated or outcome.truncated
+        applied = self.applied if self.mode == RUNNING else Applied()
+        body: dict[str, Any] = {
+            "robot": self.name,
+            "session": self.session,
+            "tick": self.tick,
+            "host_time": now,
+            "mode": self.mode,
+            "stop_reason": self.stop_reason,
+            "stopped_at": self.stopped_at,
+            "controller": None
+            if self.controller is None
+            else {"sender": self.controller[1], "operator": self.controller_operator},
+            "applied": {
+                "seq": applied.seq,
+                "source": applied.source,
+                "operator": applied.operator,
+                "answers": applied.answers,
+                "held": held,
+            },
+            "controller_info": applied.info or {},
+            "reward": float(outcome.reward) if math.isfinite(outcome.reward) else 0.0,
+            "terminated": bool(outcome.terminated),
+            "truncated": bool(outcome.truncated),
+            "episode": self.episode,
+            "episode_step": self.episode_step,
+            "received": self.received,
+            "accepted": self.accepted,
+            "rejects": dict(self.rejects),
+            "last_reject": self.last_reject,
+            "watchdog_stops": self.watchdog_stops,
+            "late_ticks": self.late_ticks,
+            "camera_seq": self.camera_seq,
+        }
+        arrays: dict[str, np.ndarray] = {f"obs/{g}": v for g, v in self._obs.items()}
+        arrays["action"] = target
+        if ended:  # the simulated task reset itself: the next command starts from home
+            self.episode += 1
+            self.episode_step = 0
+            self.filter.reseat(self.driver.hold_action())
+            self.applied = Applied()  # until a new command, the robot holds for safety
+        arrays["target"] = self.filter.target
+        if self.camera_every and self.tick % self.camera_every == 0:
+            frames = self.driver.read_cameras()
+            if frames:
+                self.camera_seq += 1
+                body["camera_seq"] = self.camera_seq
+                for cam, img in frames.items():
+                    arrays[f"{IMAGE_PREFIX}{cam}"] = img
+        msg = Message("status", self.name, self.status_seq.next(), body, arrays, time.time())
+        with contextlib.suppress(zmq.Again):
+            self.sockets.status.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
+        self.tick += 1
+
+    def request_stop(self) -> None:
+        self._stop_requested = True
+
+    def run(self, *, max_ticks: int | None = None, duration_s: float | None = None) -> None:
+        """Run until `request_stop()`, SIGINT/SIGTERM (via main), `max_ticks` or `duration_s`."""
+        sock = self.sockets.command
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        start = time.monotonic()
+        next_tick = start
+        end = None if duration_s is None else start + duration_s
+        try:
+            while not self._stop_requested:
+                now = time.monotonic()
+                if end is not None and now >= end:
+                    break
+                if max_ticks is not None and self.tick >= max_ticks:
+                    break
+                deadline = next_tick
+                wd = self.watchdog.deadline() if self.mode == RUNNING else None
+                if wd is not None:
+                    deadline = min(deadline, wd)
+                # Always look at the socket, even when a tick is overdue: commands that
+                # arrived while this process was descheduled must reach the watchdog first.
+                wait_ms = max(0, math.ceil((deadline - now) * 1e3))
+                if poller.poll(wait_ms):
+                    for _ in range(DRAIN_LIMIT):
+                        try:
+                            parts = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._handle(parts, time.monotonic())
+                now = time.monotonic()
+                if self.mode == RUNNING and self.watchdog.expired(now):
+                    self.watchdog_stops += 1
+                    self.safe_stop(
+                        f"watchdog: no valid command for {self.watchdog.timeout_s * 1e3:.0f} ms",
+                        release=True,
+                    )
+                if now >= next_tick:
+                    if now - next_tick > self.period:
+                        self.late_ticks += 1
+                        next_tick = now  # restart the schedule rather than rushing
+                    self._tick(now)
+                    next_tick += self.period
+        finally:
+            if self.mode == RUNNING:
+                self.safe_stop("robot host shutting down", release=True)
+
+
+def run_robot_host(
+    robot: str,
+    *,
+    key: str,
+    allow: str,
+    endpoint: str = "tcp://127.0.0.1:5555",
+    name: str | None = None,
+    seed: int = 0,
+    cameras: tuple[str, ...] = (),
+    camera_every: int = 5,
+    max_step_fraction: float = 0.25,
+    watchdog_periods: int = 3,
+    max_ticks: int | None = None,
+    duration_s: float | None = None,
+    ready_file: str | None = None,
+    task_overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the driver, connect, bind, and run the host loop; returns final counters."""
+    driver = make_driver(
+        robot,
+        seed=seed,
+        cameras=cameras,
+        max_step_fraction=max_step_fraction,
+        task_overrides=task_overrides,
+    )
+    driver.connect()
+    sockets = None
+    try:
+        sockets = HostSockets.bind(secret_key=key, allow_dir=allow, endpoint=endpoint)
+        host = RobotHost(
+            driver,
+            sockets,
+            name=name,
+            watchdog_periods=watchdog_periods,
+            camera_every=camera_every if cameras or driver.cameras else 0,
+        )
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: host.request_stop())
+        if ready_file:
+            with open(ready_file, "w") as fh:
+                fh.write(sockets.command_endpoint + "\n" + sockets.status_endpoint + "\n")
+        try:
+            host.run(max_ticks=max_ticks, duration_s=duration_s)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return {
+            "ticks": host.tick,
+            "received": host.received,
+            "accepted": host.accepted,
+            "rejects": dict(host.rejects),
+            "watchdog_stops": host.watchdog_stops,
+            "late_ticks": host.late_ticks,
+        }
+    finally:
+        if sockets is not None:
+            sockets.close()
+        driver.disconnect()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="unilab robot-host",
+        description="Run a robot host: driver + safety filter + watchdog behind a CurveZMQ "
+        "link (command socket on the endpoint's port, status stream on port + 1). Needs no "
+        "torch; runs in LeRobot's environment for real arms.",
+    )
+    p.add_argument("--robot", required=True, help="sim:<task> or lerobot:<type>:<port>")
+    p.add_argument("--key", required=True, help="this host's secret key file (.key_secret)")
+    p.add_argument("--allow", required=True, help="directory of allowed client public *.key files")
+    p.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="command socket to bind")
+    p.add_argument("--name", default=None, help="robot name in status messages")
+    p.add_argument("--seed", type=int, default=0, help="seed of a simulated robot")
+    p.add_argument(
+        "--camera",
+        action="append",
+        default=[],
+        help="camera to stream (sim: 'scene' or an MJCF camera)",
+    )
+    p.add_argument("--camera-every", type=int, default=5, help="send camera frames every N ticks")
+    p.add_argument(
+        "--max-step-fraction",
+        type=float,
+        default=0.25,
+        help="sim: largest command change per tick as a fraction of the joint range",
+    )
+    p.add_argument(
+        "--watchdog-periods", type=int, default=3, help="safe stop after N silent periods"
+    )
+    p.add_argument("--max-ticks", type=int, default=None, help="stop after N ticks (tests)")
+    p.add_argument("--duration", type=float, default=None, help="stop after N seconds")
+    p.add_argument("--ready-file", default=None, help="write the bound endpoints here when ready")
+    p.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="sim: task config override, e.g. --task episode_length_s=2",
+    )
+    return p
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RobotHostError(f"--task {item!r}: expected KEY=VALUE, e.g. episode_length_s=2")
+        out[key.removeprefix("task.")] = _value(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from unilab.teleop.keys import KeyFileError
+
+    try:
+        counters = run_robot_host(
+            args.robot,
+            key=args.key,
+            allow=args.allow,
+            endpoint=args.endpoint,
+            name=args.name,
+            seed=args.seed,
+            cameras=tuple(args.camera),
+            camera_every=args.camera_every,
+            max_step_fraction=args.max_step_fraction,
+            watchdog_periods=args.watchdog_periods,
+            max_ticks=args.max_ticks,
+            duration_s=args.duration,
+            ready_file=args.ready_file,
+            task_overrides=parse_overrides(args.task),
+        )
+    except (RobotHostError, KeyFileError, zmq.ZMQError) as exc:
+        print(f"unilab robot-host: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # driver errors (hardware absent, lerobot missing) say what to do
+        if type(exc).__name__ in (
+            "LeRobotUnavailableError",
+            "SimDriverError",
+            "ConfigError",
+            "UnknownNameError",
+        ):
+            print(f"unilab robot-host: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+    print(
+        f"robot-host: {counters['ticks']} ticks, {counters['accepted']} commands accepted, "
+        f"rejects {counters['rejects']}, watchdog stops {counters['watchdog_stops']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
