@@ -95,7 +95,9 @@ class ActionExpert(nn.Module):
         context's N rows (one batched call instead of K)."""
         n, k = ctx.bias.shape[0], times.shape[0]
         film = None if ctx.film is None else ctx.film.repeat(k, 1)
-        mods = self.modulations(film, times.repeat_interleave(n), n * k)
+        # step-major rows (k * n + i), as expand+reshape: export-friendly with a symbolic n
+        t = times[:, None].expand(k, n).reshape(-1)
+        mods = self.modulations(film, t, n * k)
         split = [m.reshape(k, n, m.shape[-1]).unbind(0) for m in mods]
         return [list(step) for step in zip(*split, strict=True)]
 

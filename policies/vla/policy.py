@@ -207,8 +207,8 @@ class VLAPolicy(nn.Module):
 
         def velocity(x: torch.Tensor, k: int) -> torch.Tensor:
             v2, _ = expert.run(ctx, mods[k], torch.cat([x, x]))
-            v_cond, v_uncond = v2.chunk(2)
-            return guided(v_cond, v_uncond, scale)
+            n = x.shape[0]  # slices, not chunk(2): chunk puts a guard on a symbolic batch
+            return guided(v2[:n], v2[n:], scale)
 
         return velocity
 

@@ -137,7 +137,11 @@ class BehaviorCloning(Algorithm):
                 {"params": no_decay, "weight_decay": 0.0},
             ],
             lr=cfg.lr,
+            fused=True,  # one kernel for all parameters (CPU and CUDA): small nets are op-bound
         )
+        self._params: list[torch.Tensor] = list(self.policy.parameters())
+        self._ema_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._pairs_buffers = list(zip(self.actor.buffers(), self.policy.buffers(), strict=True))
         self.step = 0
         self.generator = torch.Generator()
         self.generator.manual_seed(0)
@@ -235,7 +239,7 @@ class BehaviorCloning(Algorithm):
         loss.backward()
         grad_norm = torch.zeros(())
         if self.cfg.max_grad_norm > 0:
-            grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm)
         self.optimizer.step()
         self._update_ema()
         self.step += 1
@@ -246,10 +250,8 @@ class BehaviorCloning(Algorithm):
     @torch.no_grad()
     def _update_ema(self) -> None:
         decay = min(self.cfg.ema_decay, (1.0 + self.step) / (10.0 + self.step))
-        ema_p: list[torch.Tensor] = list(self.actor.parameters())
-        new_p: list[torch.Tensor] = list(self.policy.parameters())
-        torch._foreach_lerp_(ema_p, new_p, 1.0 - decay)
-        for ema_b, b in zip(self.actor.buffers(), self.policy.buffers(), strict=True):
+        torch._foreach_lerp_(self._ema_params, self._params, 1.0 - decay)
+        for ema_b, b in self._pairs_buffers:
             ema_b.copy_(b)
 
     @torch.no_grad()
