@@ -118,6 +118,7 @@ BENCHMARKS = {
     "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
+    "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), memory",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 

@@ -22,12 +22,18 @@ from unilab.policies.vla.prefix import Prefix
 
 @dataclass
 class ExpertContext:
-    """The prefix as every expert layer reads it: keys/values per layer, the mask bias and
-    the FiLM vector. Built once per chunk."""
+    """The prefix as every expert layer reads it: its keys/values per layer (heads-first),
+    the attention bias over [prefix; action] keys, the FiLM vector, and the prefix's valid
+    mask (whose first dim is the batch size). Built once per chunk."""
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     bias: torch.Tensor
     film: torch.Tensor | None
+    valid: torch.Tensor
+
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
 
     def repeat(self, times: int) -> ExpertContext:
         """The same context for `times` stacked copies of the batch (batch-major repeat)."""
@@ -39,11 +45,12 @@ class ExpertContext:
             [(rep(k), rep(v)) for k, v in self.kv],
             rep(self.bias),
             None if self.film is None else rep(self.film),
+            rep(self.valid),
         )
 
 
 Modulations = list[torch.Tensor]
-"""Per expert block (B, 9W), then the output layer's (B, 2W): everything the conditioning
+"""Per expert block (B, 1, 6W), then the output layer's (B, 1, 2W): everything the conditioning
 vector decides, computed before the Euler loop."""
 
 
@@ -54,6 +61,7 @@ class ActionExpert(nn.Module):
         self.timed = timed
         self.width = w
         self.horizon = cfg.horizon
+        self.heads = cfg.heads
         self.pos = nn.Parameter(torch.randn(cfg.horizon, w) * 0.02)
         if timed:
             self.action_in = nn.Linear(action_dim, w)
@@ -73,8 +81,11 @@ class ActionExpert(nn.Module):
         return [b for b in self.blocks if isinstance(b, ExpertBlock)]
 
     def context(self, prefix: Prefix) -> ExpertContext:
-        kv = [block.cross_attn.keys_values(prefix.tokens) for block in self._blocks()]
-        return ExpertContext(kv, mask_bias(prefix.valid), prefix.film)
+        kv = [block.prefix_keys_values(prefix.tokens) for block in self._blocks()]
+        n = prefix.valid.shape[0]
+        actions = torch.ones(n, self.horizon, dtype=torch.bool, device=prefix.valid.device)
+        bias = mask_bias(torch.cat([prefix.valid, actions], dim=1), self.heads)
+        return ExpertContext(kv, bias, prefix.film, prefix.valid)
 
     def modulations(self, film: torch.Tensor | None, t: torch.Tensor | None, n: int) -> Modulations:
         """Conditioning for `n` rows at times `t` (n,) (None for the untimed head); `film`
@@ -88,24 +99,24 @@ class ActionExpert(nn.Module):
             cond = cond + film
         mods = [block.modulation(cond) for block in self._blocks()]
         shift, scale = self.ada_out(nn.functional.silu(cond)).chunk(2, dim=-1)
-        return [*mods, torch.cat([shift, scale + 1.0], dim=-1)]
+        return [*mods, torch.cat([shift, scale + 1.0], dim=-1)[:, None, :]]
 
     def step_modulations(self, ctx: ExpertContext, times: torch.Tensor) -> list[Modulations]:
         """Modulations of every Euler step at once: `times` (K,) -> K lists, each for the
         context's N rows (one batched call instead of K)."""
-        n, k = ctx.bias.shape[0], times.shape[0]
+        n, k = ctx.batch, times.shape[0]
         film = None if ctx.film is None else ctx.film.repeat(k, 1)
         # step-major rows (k * n + i), as expand+reshape: export-friendly with a symbolic n
         t = times[:, None].expand(k, n).reshape(-1)
         mods = self.modulations(film, t, n * k)
-        split = [m.reshape(k, n, m.shape[-1]).unbind(0) for m in mods]
+        split = [m.reshape(k, n, 1, m.shape[-1]).unbind(0) for m in mods]
         return [list(step) for step in zip(*split, strict=True)]
 
     def run(
         self, ctx: ExpertContext, mods: Modulations, x_t: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (output (N, H, A): velocity, or the regressed chunk; last hidden (N, H, W))."""
-        n = ctx.bias.shape[0]
+        n = ctx.batch
         h = self.action_in(x_t) + self.pos if x_t is not None else self.pos.expand(n, -1, -1)
         for block, kv, mod in zip(self._blocks(), ctx.kv, mods[:-1], strict=True):
             h = block(h, mod, kv, ctx.bias)
@@ -117,5 +128,5 @@ class ActionExpert(nn.Module):
         self, ctx: ExpertContext, x_t: torch.Tensor | None = None, t: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One call with its own conditioning (training, log-prob recomputation)."""
-        n = ctx.bias.shape[0]
+        n = ctx.batch
         return self.run(ctx, self.modulations(ctx.film, t, n), x_t if self.timed else None)

@@ -33,7 +33,7 @@ class VLAConfig:
     """Action-expert layers (self-attention over the chunk, cross-attention to the prefix)."""
     mlp_ratio: int = 4
     """Hidden width of every MLP block as a multiple of `width`."""
-    image_channels: list[int] = field(default_factory=lambda: [32, 64, 96, 128])
+    image_channels: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     """Channels of the stride-2 conv stages of each camera's encoder."""
     image_tokens_side: int = 4
     """Each camera becomes side x side tokens (feature map average-pooled to this grid)."""

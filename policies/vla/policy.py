@@ -249,7 +249,7 @@ class VLAPolicy(nn.Module):
         shape = (n, self.horizon, self.action_dim)
         return torch.randn(shape, generator=generator, device="cpu").to(self.device)
 
-    @torch.no_grad()
+    @torch.inference_mode()  # cheaper per op than no_grad; the chunks are data, not graph
     def act(
         self,
         obs: Obs,

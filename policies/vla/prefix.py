@@ -59,6 +59,7 @@ class PrefixEncoder(nn.Module):
             EncoderBlock(w, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.prefix_layers)
         )
         self.norm = nn.LayerNorm(w)
+        self.heads = cfg.heads
 
     @property
     def conditions(self) -> dict[str, Condition]:
@@ -97,7 +98,7 @@ class PrefixEncoder(nn.Module):
             film = vec if film is None else film + vec
         x = torch.cat(parts, dim=1)
         keep = torch.cat(valid, dim=1)
-        bias = mask_bias(keep)
+        bias = mask_bias(keep, self.heads)
         for block in self.blocks:
             x = block(x, bias)
         return Prefix(self.norm(x), keep, film)

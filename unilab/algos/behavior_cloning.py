@@ -82,15 +82,20 @@ def inputs_from_shapes(
     obs_shapes: Mapping[str, Any], action_dim: int, vocab_size: int = 0, pad_id: int = 0
 ) -> VLAInputs:
     """VLA inputs from observation shapes: `policy` -> d or (d,), `images/<cam>` ->
-    (H, W, 3), `instruction` -> L or (L,); other groups (e.g. `critic`) are ignored."""
+    (H, W, 3), `instruction` -> L or (L,); a value may also be an object with a `shape`
+    (a task's `ObsSpec`). Other groups (`critic`, `depth/<cam>`) are ignored."""
+
+    def dims_of(v: Any) -> tuple[int, ...]:
+        v = getattr(v, "shape", v)
+        return (int(v),) if isinstance(v, int) else tuple(int(s) for s in v)
 
     def width(v: Any) -> int:
-        return int(v) if isinstance(v, int) else int(next(iter(v)))
+        return dims_of(v)[0]
 
     cams = {}
     for key, shape in obs_shapes.items():
         if key.startswith("images/"):
-            dims = tuple(int(s) for s in shape)
+            dims = dims_of(shape)
             if len(dims) != 3 or dims[2] != 3:
                 raise ValueError(f"{key}: camera shape must be (H, W, 3), got {dims}")
             cams[key.removeprefix("images/")] = (dims[0], dims[1])
@@ -121,7 +126,7 @@ class BehaviorCloning(Algorithm):
         device: torch.device,
         inputs: VLAInputs | None = None,
     ) -> None:
-        obs_widths = {k: v for k, v in obs_dims.items() if isinstance(v, int)}
+        obs_widths = {k: v for k, v in obs_dims.items() if isinstance(v, int)}  # base's view
         super().__init__(cfg, obs_widths, action_dim, device)
         self.cfg: BCConfig = cfg
         self.inputs = inputs or inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
