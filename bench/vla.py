@@ -385,8 +385,17 @@ def main(argv: list[str] | None = None) -> int:
         "latency_budget_over_torch_b1": LATENCY_BUDGET_MS / best_torch,
         "latency_budget_over_onnx_b1": LATENCY_BUDGET_MS / best_onnx,
     }
+    # Fastest call: the uncontended cost, when other processes load the machine.
+    fastest = {
+        rt: min(r["min_ms"] for r in lat_rows if r["runtime"] == rt and r["batch"] == 1)
+        for rt in ("torch", "onnx")
+    }
+    ratios_fastest = {
+        f"latency_budget_over_{rt}_b1": LATENCY_BUDGET_MS / v for rt, v in fastest.items()
+    }
     end_uptime = uptime()
-    print(f"\nratios (>= 1 meets the {LATENCY_BUDGET_MS:.0f} ms budget): {ratios}\n{end_uptime}")
+    print(f"\nratios (>= 1 meets the {LATENCY_BUDGET_MS:.0f} ms budget): medians {ratios}, "
+          f"fastest calls {ratios_fastest}\n{end_uptime}")  # fmt: skip
     doc = {
         "benchmark": "vla",
         "quick": q,
@@ -409,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": gpu,
         "rows": train_rows + lat_rows,
         "ratios": ratios,
+        "ratios_fastest_call": ratios_fastest,
         "targets": TARGETS,
         "targets_met": {k: ratios[k] >= v for k, v in TARGETS.items()},
         "uptime_start": start_uptime,
