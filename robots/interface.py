@@ -26,7 +26,7 @@ can report them, as a simulated one can). Drivers: `unilab.deploy.sim_driver.Sim
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

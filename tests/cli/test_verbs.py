@@ -82,7 +82,7 @@ def test_a_new_verb_is_one_module(
     package = tmp_path / "extra_cli"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "teleop.py").write_text(
+    (package / "demo.py").write_text(
         textwrap.dedent(
             """
             from unilab.cli.verb import Verb
@@ -92,25 +92,25 @@ def test_a_new_verb_is_one_module(
                 p.add_argument("items", nargs="*")
 
             def _run(args):
-                print("keygen", args.out, args.items)
+                print("mkpair", args.out, args.items)
                 return 0
 
             VERBS = [
-                Verb("teleop", "operator tools"),
-                Verb("keygen", "make a key pair", _run, _arguments, parent="teleop"),
+                Verb("demo", "demo tools"),
+                Verb("mkpair", "make a key pair", _run, _arguments, parent="demo"),
             ]
             """
         )
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     verbs = [*VERBS, *discover("extra_cli")]
-    assert dispatch(["teleop", "keygen", "a=1", "--out", "k", "b=2"], verbs) == 0
-    assert capsys.readouterr().out.strip() == "keygen k ['a=1', 'b=2']"
-    assert dispatch(["teleop", "--help"], verbs) == 0
+    assert dispatch(["demo", "mkpair", "a=1", "--out", "k", "b=2"], verbs) == 0
+    assert capsys.readouterr().out.strip() == "mkpair k ['a=1', 'b=2']"
+    assert dispatch(["demo", "--help"], verbs) == 0
     assert "make a key pair" in capsys.readouterr().out
-    orphan = Verb("fleet-status", "x", lambda a: 0, parent="fleet")
-    with pytest.raises(RuntimeError, match="no group verb 'fleet'"):
-        dispatch(["fleet-status"], [*VERBS, orphan])
+    orphan = Verb("orphan-verb", "x", lambda a: 0, parent="no-such-group")
+    with pytest.raises(RuntimeError, match="no group verb .no-such-group."):
+        dispatch(["orphan-verb"], [*VERBS, orphan])
 
 
 @pytest.mark.parametrize("verb", ["export-lerobot", "import-lerobot"])

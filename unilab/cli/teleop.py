@@ -47,5 +47,11 @@ VERBS = [
         raw=True,
     ),
     Verb("teleop", "operator tools: CurveZMQ key pairs", order=42),
-    Verb("keygen", "make a CurveZMQ key pair for a robot host or a client", _keygen, parent="teleop", raw=True),
+    Verb(
+        "keygen",
+        "make a CurveZMQ key pair for a robot host or a client",
+        _keygen,
+        parent="teleop",
+        raw=True,
+    ),
 ]

@@ -1,0 +1,109 @@
+"""Chunked execution: run `n_act` actions of each predicted chunk of H, then re-plan.
+
+`ChunkExecutor` is a small stateful wrapper a rollout loop drives once per env step:
+`executor(obs) -> (N, A)` actions, `executor.reset(envs)` after those envs reset. It is
+numpy only and takes any planner `plan(obs, noise) -> (n, H, A)`: the torch policy's
+(`VLAPolicy.planner()`) or the torch-free onnxruntime runner's, so play, eval and deploy
+execute chunks the same way.
+
+- Each env re-plans on its own schedule (after a reset it re-plans at once); only the envs
+  that need a new chunk are passed to the planner, as a sub-batch.
+- The initial noise of every plan comes from one `numpy.random.Generator(seed)`, drawn in
+  env order: the same seed, observations and call sequence give the same actions.
+- Temporal ensembling (ACT, Zhao et al. 2023): every prediction of the action for the
+  current step is averaged with weights w = exp(-m * i), i = 0 for the oldest prediction.
+  For a target step the prediction made at chunk index j is older the larger j is, so the
+  weight is exp(-m * (H - 1 - j)) up to a factor common to that step; the executor keeps
+  running weighted sums over a sliding window. m > 0 favours older predictions (ACT's
+  choice, m = 0.01), m = 0 averages, m < 0 favours newer ones. Use it with small `n_act`
+  (ACT re-plans every step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+Planner = Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]
+"""(observations of n envs, noise (n, H, A) float32) -> action chunks (n, H, A)."""
+
+
+class ChunkExecutor:
+    def __init__(
+        self,
+        plan: Planner,
+        num_envs: int,
+        horizon: int,
+        action_dim: int,
+        n_act: int,
+        ensemble_decay: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        if num_envs < 1 or horizon < 1 or action_dim < 1:
+            raise ValueError(
+                f"need num_envs, horizon, action_dim >= 1; got {num_envs}, {horizon}, {action_dim}"
+            )
+        if not 1 <= n_act <= horizon:
+            raise ValueError(f"n_act must be in [1, horizon={horizon}], got {n_act}")
+        self.plan = plan
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.action_dim = action_dim
+        self.n_act = n_act
+        self.ensemble_decay = ensemble_decay
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._chunk = np.zeros((num_envs, horizon, action_dim), np.float32)
+        self._since_plan = np.full(num_envs, n_act, np.int64)  # n_act: plan on next call
+        if ensemble_decay is not None:
+            j = np.arange(horizon, dtype=np.float64)
+            self._weights = np.exp(-ensemble_decay * (horizon - 1 - j))
+            self._weights /= self._weights.max()
+            self._sum_w = np.zeros((num_envs, horizon))
+            self._sum_wa = np.zeros((num_envs, horizon, action_dim))
+        self.replanned = np.zeros(num_envs, bool)
+        """Which envs got a new chunk in the last call (chunk boundaries for learners)."""
+
+    def reset(self, envs: Sequence[int] | np.ndarray | None = None) -> None:
+        """Forget the chunks of these envs (all when None); they re-plan on the next call."""
+        idx = np.arange(self.num_envs) if envs is None else np.asarray(envs, np.int64)
+        self._since_plan[idx] = self.n_act
+        if self.ensemble_decay is not None:
+            self._sum_w[idx] = 0.0
+            self._sum_wa[idx] = 0.0
+
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(N, A) float32 actions for this step."""
+        need = np.flatnonzero(self._since_plan >= self.n_act)
+        self.replanned[:] = False
+        if need.size:
+            sub = {k: np.asarray(v)[need] for k, v in obs.items()}
+            noise = self.rng.standard_normal(
+                (need.size, self.horizon, self.action_dim), dtype=np.float32
+            )
+            chunks = np.asarray(self.plan(sub, noise), dtype=np.float32)
+            want = (need.size, self.horizon, self.action_dim)
+            if chunks.shape != want:
+                raise ValueError(f"planner returned shape {chunks.shape}; expected {want}")
+            self._chunk[need] = chunks
+            self._since_plan[need] = 0
+            self.replanned[need] = True
+            if self.ensemble_decay is not None:
+                self._sum_w[need] += self._weights
+                self._sum_wa[need] += self._weights[None, :, None] * chunks
+        rows = np.arange(self.num_envs)
+        if self.ensemble_decay is None:
+            actions = self._chunk[rows, self._since_plan].copy()
+        else:
+            actions = (self._sum_wa[:, 0] / self._sum_w[:, :1]).astype(np.float32)
+            self._sum_w[:, :-1] = self._sum_w[:, 1:].copy()
+            self._sum_wa[:, :-1] = self._sum_wa[:, 1:].copy()
+            self._sum_w[:, -1] = 0.0
+            self._sum_wa[:, -1] = 0.0
+        self._since_plan += 1
+        return actions

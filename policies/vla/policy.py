@@ -1,0 +1,389 @@
+"""`VLAPolicy`: the one adapter class the runtime, the learners and export talk to.
+
+Observations are a dict of named groups (torch tensors, batch first):
+`policy` float32 (N, d) proprioception, `images/<cam>` uint8 (N, H, W, 3), `instruction`
+int64 (N, L) word ids, and optionally `token` (N,) behaviour token and `advantage` (N,)
+indicator (-1 or absent: null). `sample` returns an action chunk (N, H, A) in the task's
+action units plus a per-chunk log-probability (or None where the sampler has none).
+
+Heads: `flow` (flow matching, the VLA) or `mse` (the regression baseline). The flow head
+encodes the prefix once per chunk and reruns only the action expert per Euler step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
+from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sample_time, time_grid
+from unilab.policies.vla.flow_noise import Chain, NoiseHead, chain_log_prob, sample_chain
+from unilab.policies.vla.mse_head import GaussianChunkHead
+from unilab.policies.vla.normalize import ActionNormalizer
+from unilab.policies.vla.prefix import PrefixEncoder
+from unilab.runtime.policy import ActionChunk
+from unilab.runtime.torch_policy import PolicyModule
+
+HEADS = ("flow", "mse")
+Obs = Mapping[str, torch.Tensor]
+
+
+class VLAPolicy(PolicyModule):
+    """`Policy[torch.Tensor]` (`unilab.runtime.policy`) with action chunks of H = `horizon`:
+    `act`/`act_inference` are the protocol; `sample` adds explicit noise and a generator."""
+
+    def __init__(self, inputs: VLAInputs, cfg: VLAConfig, head: str = "flow") -> None:
+        super().__init__()
+        inputs.validate()
+        cfg.validate()
+        if head not in HEADS:
+            raise ValueError(f"unknown VLA head {head!r}; valid: {', '.join(HEADS)}")
+        self.inputs = inputs
+        self.cfg = cfg
+        self.head = head
+        self.action_dim = inputs.action_dim
+        self.horizon = cfg.horizon
+        self.num_steps = cfg.num_steps
+        self.prefix = PrefixEncoder(inputs, cfg)
+        self.action_norm = ActionNormalizer(inputs.action_dim)
+        self.expert: ActionExpert | None = None
+        self.noise_head: NoiseHead | None = None
+        self.gaussian: GaussianChunkHead | None = None
+        if head == "flow":
+            self.expert = ActionExpert(inputs.action_dim, cfg, timed=True)
+            if cfg.flow_noise:
+                self.noise_head = NoiseHead(
+                    cfg.width, inputs.action_dim, cfg.noise_std_min, cfg.noise_std_max
+                )
+        else:
+            self.gaussian = GaussianChunkHead(inputs.action_dim, cfg)
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_norm.mean.device
+
+    @property
+    def action_horizon(self) -> int:  # type: ignore[override]  # a property over cfg
+        return int(self.horizon)
+
+    @property
+    def obs_groups(self) -> tuple[str, ...]:
+        groups = ["policy"] if self.inputs.proprio_dim else []
+        groups += [f"images/{cam}" for cam in self.inputs.cameras]
+        if self.inputs.vocab_size:
+            groups.append("instruction")
+        return (*groups, *self.condition_names)
+
+    def act(self, obs: Obs, deterministic: bool = False) -> ActionChunk[torch.Tensor]:
+        """The protocol's rollout path: `sample` with fresh noise (zeros when deterministic)."""
+        present = {k: v for k, v in obs.items() if k in self.obs_groups}
+        actions, logprob = self.sample(present, deterministic)
+        return ActionChunk(actions, logprob)
+
+    def act_inference(self, obs: Obs) -> torch.Tensor:
+        """Deterministic chunk: the ODE from zero noise (the MSE head: its mean)."""
+        return self.sample(obs, deterministic=True)[0]
+
+    @property
+    def condition_names(self) -> list[str]:
+        return list(self.prefix.conditions)
+
+    # -- inputs ---------------------------------------------------------------------------
+    def check_obs(self, obs: Obs) -> int:
+        """Raise a ValueError naming the problem unless `obs` fits this policy; -> batch size."""
+        spec = self.inputs
+        missing = [k for k in spec.obs_keys if k not in obs]
+        if missing:
+            raise ValueError(
+                f"observation is missing {missing}; this policy reads {spec.obs_keys} "
+                f"(+ optional {self.condition_names})"
+            )
+        n = int(obs[spec.obs_keys[0]].shape[0])
+        expect: dict[str, tuple[tuple[int, ...], tuple[torch.dtype, ...]]] = {}
+        if spec.proprio_dim:
+            expect["policy"] = ((n, spec.proprio_dim), (torch.float32, torch.float64))
+        for cam, (h, w) in spec.cameras.items():
+            expect[f"images/{cam}"] = ((n, h, w, 3), (torch.uint8, torch.float32))
+        if spec.vocab_size:
+            expect["instruction"] = ((n, spec.instruction_len), (torch.int64, torch.int32))
+        for key, (shape, dtypes) in expect.items():
+            x = obs[key]
+            if tuple(x.shape) != shape or x.dtype not in dtypes:
+                raise ValueError(
+                    f"observation {key!r} has shape {tuple(x.shape)} {x.dtype}; expected "
+                    f"{shape} {' or '.join(str(d) for d in dtypes)}"
+                )
+        if spec.vocab_size:
+            ids = obs["instruction"]
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= spec.vocab_size):
+                raise ValueError(
+                    f"instruction ids must be in [0, {spec.vocab_size}); got "
+                    f"[{int(ids.min())}, {int(ids.max())}]"
+                )
+        for name, cond in self.prefix.conditions.items():
+            if name in obs:
+                v = obs[name].reshape(-1)
+                if v.shape[0] != n or (v.numel() and int(v.max()) >= cond.num_values):
+                    raise ValueError(
+                        f"{name!r} must be ({n},) ints in [-1, {cond.num_values - 1}] (-1: null)"
+                    )
+        return n
+
+    def _to_device(self, obs: Obs) -> dict[str, torch.Tensor]:
+        dev = self.device
+        return {k: v.to(dev, non_blocking=True) for k, v in obs.items()}
+
+    def condition_rows(
+        self,
+        obs: Obs,
+        n: int,
+        drop: bool = False,
+        nulls: Sequence[str] = (),
+        generator: torch.Generator | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Embedding rows of each enabled condition; absent or listed in `nulls`: null."""
+        rows = {}
+        for name, cond in self.prefix.conditions.items():
+            if name in nulls or name not in obs:
+                rows[name] = torch.full((n,), cond.null, dtype=torch.int64, device=self.device)
+            else:
+                rows[name] = cond.index(obs[name], drop, generator)
+        return rows
+
+    def context(
+        self,
+        obs: Obs,
+        drop: bool = False,
+        nulls: Sequence[str] = (),
+        generator: torch.Generator | None = None,
+    ) -> ExpertContext:
+        """Encode the prefix once: the context every action-expert call reads."""
+        n = next(iter(obs.values())).shape[0]
+        prefix = self.prefix(dict(obs), self.condition_rows(obs, n, drop, nulls, generator))
+        head = self.expert if self.expert is not None else self._gaussian().regressor
+        return head.context(prefix)
+
+    def _gaussian(self) -> GaussianChunkHead:
+        assert self.gaussian is not None
+        return self.gaussian
+
+    def _expert(self) -> ActionExpert:
+        if self.expert is None:
+            raise ValueError("this VLA has an MSE head; flow sampling needs head='flow'")
+        return self.expert
+
+    # -- training -------------------------------------------------------------------------
+    @torch.no_grad()
+    def fit_normalizers(self, proprio: torch.Tensor | None, actions: torch.Tensor) -> None:
+        """Set the proprioception and action statistics from training data (rows, d)."""
+        if proprio is not None and self.inputs.proprio_dim:
+            norm = self.prefix.proprio_norm
+            norm.mean.zero_()
+            norm.var.fill_(1.0)
+            norm.count.zero_()
+            norm.update(proprio.to(norm.mean.device, torch.float32))
+        self.action_norm.fit(actions.to(self.device, torch.float32))
+
+    def loss(
+        self,
+        obs: Obs,
+        actions: torch.Tensor,
+        is_pad: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        drop_conditions: bool = True,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Training loss on chunks `actions` (N, H, A) in task units; padded rows (`is_pad`
+        (N, H) True) do not count. Conditions are dropped to null at their dropout rates
+        (`drop_conditions`). -> (scalar loss, detached metrics)."""
+        target = self.action_norm.normalize(actions.to(torch.float32))
+        n = target.shape[0]
+        keep = (
+            torch.ones(target.shape[:2], device=target.device)
+            if is_pad is None
+            else (~is_pad.to(torch.bool)).to(torch.float32)
+        )
+        weight = keep[..., None].expand_as(target)
+        denom = weight.sum().clamp_min(1.0)
+        ctx = self.context(obs, drop=drop_conditions and self.training, generator=generator)
+        if self.expert is not None:
+            noise = torch.randn(target.shape, generator=generator, device="cpu").to(target.device)
+            t = sample_time(n, target.device, generator)
+            x_t, u = interpolate(target, noise, t)
+            v, _ = self.expert(ctx, x_t, t)
+            loss = ((v - u).square() * weight).sum() / denom
+            return loss, {"flow_loss": loss.detach()}
+        sq, nll = self._gaussian().loss_terms(ctx, target)
+        mse = (sq * weight).sum() / denom
+        nll_mean = (nll * weight).sum() / denom
+        return mse + nll_mean, {"mse_loss": mse.detach(), "std_nll": nll_mean.detach()}
+
+    # -- sampling -------------------------------------------------------------------------
+    def _velocity_fn(
+        self, ctx: ExpertContext, scale: float | None
+    ) -> Callable[[torch.Tensor, int], torch.Tensor]:
+        """v(x, k) on the Euler grid; with guidance the context holds [cond; uncond] rows."""
+        expert = self._expert()
+        mods = expert.step_modulations(ctx, time_grid(self.num_steps, self.device)[:-1])
+        if scale is None:
+            return lambda x, k: expert.run(ctx, mods[k], x)[0]
+
+        def velocity(x: torch.Tensor, k: int) -> torch.Tensor:
+            v2, _ = expert.run(ctx, mods[k], torch.cat([x, x]))
+            n = x.shape[0]  # slices, not chunk(2): chunk puts a guard on a symbolic batch
+            return guided(v2[:n], v2[n:], scale)
+
+        return velocity
+
+    def _guided_context(self, obs: Obs, scale: float | None) -> ExpertContext:
+        """The context, batch-stacked [conditional; unconditional] when guiding."""
+        if scale is None:
+            return self.context(obs)
+        nulls = [c for c in self.cfg.guidance_drop if c in self.prefix.conditions]
+        if not nulls:
+            raise ValueError(
+                f"guidance needs a condition to drop: guidance_drop={self.cfg.guidance_drop}, "
+                f"enabled conditions {self.condition_names}"
+            )
+        n = next(iter(obs.values())).shape[0]
+        both = {k: torch.cat([v, v]) for k, v in obs.items()}
+        rows = self.condition_rows(obs, n)
+        null_rows = self.condition_rows(obs, n, nulls=nulls)
+        stacked = {k: torch.cat([rows[k], null_rows[k]]) for k in rows}
+        return self._expert().context(self.prefix(both, stacked))
+
+    def sample_normalized(
+        self, obs: Obs, noise: torch.Tensor, guidance_scale: float | None = None
+    ) -> torch.Tensor:
+        """The ODE sample from `noise` (N, H, A) at t = 1, normalized units."""
+        ctx = self._guided_context(obs, guidance_scale)
+        return euler_integrate(self._velocity_fn(ctx, guidance_scale), noise, self.num_steps)
+
+    def forward(self, obs: Obs, noise: torch.Tensor) -> torch.Tensor:
+        """The deterministic path (what export traces): observations and the initial noise
+        (N, H, A) -> action chunk (N, H, A) in task units, with the configured guidance.
+        The MSE head ignores the noise and returns its mean."""
+        if self.gaussian is not None:
+            return self.action_norm.unnormalize(self._gaussian().mean(self.context(obs)))
+        out = self.sample_normalized(obs, noise, self.cfg.guidance_scale)
+        return self.action_norm.unnormalize(out)
+
+    def draw_noise(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        shape = (n, self.horizon, self.action_dim)
+        return torch.randn(shape, generator=generator, device="cpu").to(self.device)
+
+    @torch.inference_mode()  # cheaper per op than no_grad; the chunks are data, not graph
+    def sample(
+        self,
+        obs: Obs,
+        deterministic: bool = False,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Action chunks (N, H, A) and per-chunk log-probabilities (N,) or None.
+
+        Flow head: the ODE from `noise` (drawn when None; zeros when `deterministic` and
+        None), log-prob None; with `flow_noise` and not deterministic, a stochastic chain
+        and its exact log-prob (normalized units). MSE head: the mean when deterministic,
+        else mean + std * noise with its Gaussian log-prob."""
+        n = self.check_obs(obs)
+        obs = self._to_device(obs)
+        if noise is None:
+            noise = (
+                torch.zeros(n, self.horizon, self.action_dim, device=self.device)
+                if deterministic
+                else self.draw_noise(n, generator)
+            )
+        noise = noise.to(self.device, torch.float32)
+        if tuple(noise.shape) != (n, self.horizon, self.action_dim):
+            raise ValueError(
+                f"noise has shape {tuple(noise.shape)}; expected {(n, self.horizon, self.action_dim)}"
+            )
+        if self.gaussian is not None:
+            mean = self._gaussian().mean(self.context(obs))
+            if deterministic:
+                return self.action_norm.unnormalize(mean), None
+            std = self._gaussian().log_std.exp()
+            sample = mean + std * noise
+            logp = self._gaussian().log_prob(mean, sample).sum((1, 2))
+            return self.action_norm.unnormalize(sample), logp
+        if self.noise_head is not None and not deterministic:
+            chain = self.sample_chain(obs, noise, generator=generator)
+            return self.action_norm.unnormalize(chain.actions), chain.log_prob.sum(-1)
+        return self.forward(obs, noise), None
+
+    # -- chains with log-probabilities (RL) -----------------------------------------------
+    def _noise_head(self) -> NoiseHead:
+        if self.noise_head is None:
+            raise ValueError("log-probabilities of flow chains need cfg.flow_noise=True")
+        return self.noise_head
+
+    def _step_fn(
+        self, ctx: ExpertContext
+    ) -> Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]:
+        expert, head = self._expert(), self._noise_head()
+        mods = expert.step_modulations(ctx, time_grid(self.num_steps, self.device)[:-1])
+
+        def step(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            v, hidden = expert.run(ctx, mods[k], x)
+            return v, head(hidden)
+
+        return step
+
+    def _batch_step_fn(
+        self, ctx: ExpertContext
+    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        expert, head = self._expert(), self._noise_head()
+
+        def step(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            v, hidden = expert(ctx, x, t)
+            return v, head(hidden)
+
+        return step
+
+    def sample_chain(
+        self,
+        obs: Obs,
+        noise: torch.Tensor | None = None,
+        step_noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Chain:
+        """A stochastic K-step chain (normalized units) with its exact log-probability."""
+        n = next(iter(obs.values())).shape[0]
+        x0 = self.draw_noise(n, generator) if noise is None else noise
+        ctx = self.context(obs)
+        return sample_chain(self._step_fn(ctx), x0, self.num_steps, step_noise, generator)
+
+    def chain_log_prob(self, obs: Obs, states: torch.Tensor) -> torch.Tensor:
+        """(N, H) log-probability of stored chains (N, K + 1, H, A) under the current
+        parameters (differentiable: the PPO ratio's numerator)."""
+        k = states.shape[1] - 1
+        if k != self.num_steps:
+            raise ValueError(f"chains have {k} steps; this policy integrates {self.num_steps}")
+        ctx = self.context(obs).repeat(k)
+        return chain_log_prob(self._batch_step_fn(ctx), states)
+
+    # -- numpy planner for the chunk executor ---------------------------------------------
+    def planner(self) -> Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]:
+        """(obs as numpy, noise (n, H, A)) -> chunks (n, H, A) numpy: the deterministic path
+        with the given noise, for `chunking.ChunkExecutor`."""
+
+        def plan(obs: Mapping[str, np.ndarray], noise: np.ndarray) -> np.ndarray:
+            tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
+            chunk, _ = self.sample(tensors, deterministic=True, noise=torch.from_numpy(noise))
+            return chunk.cpu().numpy()
+
+        return plan
+
+
+def count_parameters(module: nn.Module) -> dict[str, Any]:
+    """Parameter counts per top-level part, and the total."""
+    parts = {
+        name: sum(p.numel() for p in child.parameters()) for name, child in module.named_children()
+    }
+    parts["total"] = sum(p.numel() for p in module.parameters())
+    return parts

@@ -1,0 +1,107 @@
+"""VLA → ONNX: onnxruntime agrees with torch for the same noise (K Euler steps, guidance,
+conditions and normalizers inside the graph), at any batch size; the metadata says what a
+deploy side needs; the MSE head exports its mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from unilab.export.onnx_export import ExportError
+from unilab.export.vla_metadata import VLA_KEY, VLAMetadata
+from unilab.export.vla_onnx import (
+    example_inputs,
+    export_vla_onnx,
+    onnx_feeds,
+    run_onnx,
+    vla_onnx_max_abs_diff,
+)
+from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.policies.vla.policy import VLAPolicy
+
+INPUTS = VLAInputs(
+    proprio_dim=5, action_dim=3, cameras={"front": (16, 16), "wrist": (12, 20)}, vocab_size=9,
+    pad_id=0, instruction_len=4,
+)  # fmt: skip
+VOCAB = ["<pad>", "pick", "the", "red", "cube", "place", "on", "blue", "plate"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def trained_looking(policy: VLAPolicy, seed: int = 0) -> VLAPolicy:
+    """Random values in the zero-initialised parameters and non-trivial normalizers, so every
+    part of the graph matters to the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.parameters():
+            if p.abs().sum() == 0:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        policy.fit_normalizers(
+            torch.randn(500, 5, generator=g) * 3 + 1, torch.randn(500, 3, generator=g) * 0.5 - 0.2
+        )
+    return policy.eval()
+
+
+def small_config(**kw: object) -> VLAConfig:
+    base: dict[str, object] = dict(
+        horizon=4, num_steps=4, n_act=3, width=32, heads=2, prefix_layers=1, expert_layers=1,
+        image_channels=[8, 16], image_tokens_side=2,
+    )  # fmt: skip
+    base.update(kw)
+    return VLAConfig(**base)  # type: ignore[arg-type]
+
+
+def test_flow_graph_matches_torch_for_fixed_noise(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    cfg = small_config(n_tokens=3, advantage=True, guidance_scale=1.7, flow_noise=True)
+    policy = trained_looking(VLAPolicy(INPUTS, cfg))
+    path = export_vla_onnx(policy, tmp_path / "vla.onnx", vocabulary=VOCAB, ensemble_decay=0.01)
+    for batch, seed in ((1, 1), (64, 2)):
+        probes = example_inputs(policy, batch, seed=seed)
+        assert vla_onnx_max_abs_diff(path, policy, probes) <= 1e-4
+    # The noise really is an input: another noise gives another chunk, in both runtimes.
+    probes = example_inputs(policy, 8, seed=3)
+    moved = {**probes, "noise": probes["noise"] + 1.0}
+    a, b = run_onnx(path, onnx_feeds(policy, probes)), run_onnx(path, onnx_feeds(policy, moved))
+    assert np.abs(a - b).max() > 1e-3
+    assert vla_onnx_max_abs_diff(path, policy, moved) <= 1e-4
+
+    meta = VLAMetadata.from_props(
+        {p.key: p.value for p in onnx.load(str(path)).metadata_props}, str(path)
+    )
+    assert meta.head == "flow" and (meta.horizon, meta.num_steps, meta.n_act) == (4, 4, 3)
+    assert meta.cameras == {"front": [16, 16], "wrist": [12, 20]}
+    assert meta.vocabulary == VOCAB and meta.instruction_len == 4 and meta.pad_id == 0
+    assert meta.inputs == [
+        "policy", "image_front", "image_wrist", "instruction", "token", "advantage", "noise",
+    ]  # fmt: skip
+    assert meta.guidance_scale == 1.7 and meta.ensemble_decay == 0.01 and meta.n_tokens == 3
+
+
+def test_mse_graph_matches_torch_and_has_no_noise_input(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    policy = trained_looking(VLAPolicy(INPUTS, small_config(), head="mse"))
+    path = export_vla_onnx(policy, tmp_path / "mse.onnx")
+    model = onnx.load(str(path))
+    assert [i.name for i in model.graph.input][-1] == "instruction"
+    assert vla_onnx_max_abs_diff(path, policy, example_inputs(policy, 16, seed=1)) <= 1e-4
+    meta = VLAMetadata.from_json(next(p.value for p in model.metadata_props if p.key == VLA_KEY))
+    assert meta.head == "mse" and meta.vocabulary == []
+
+
+def test_vocabulary_must_match_the_model(tmp_path: Path) -> None:
+    policy = VLAPolicy(INPUTS, small_config())
+    with pytest.raises(ExportError, match="vocabulary has 2 words; the model's has 9"):
+        export_vla_onnx(policy, tmp_path / "x.onnx", vocabulary=["a", "b"])
+    with pytest.raises(ExportError, match="unknown exporter"):
+        export_vla_onnx(policy, tmp_path / "x.onnx", exporter="tflite")

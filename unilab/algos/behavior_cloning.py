@@ -1,0 +1,302 @@
+"""What `bc_flow` and `bc_mse` share: imitation of action chunks from stored frames.
+
+`update(batch)` takes one batch of frames as `FrameDataset(action_horizon=H).batch(...)`
+returns it, on the learner's device: store field names (`obs/policy`, `images/<cam>`,
+`obs/instruction`, `token`, ...), `action` (B, H, A) and `action_is_pad` (B, H). It maps the
+fields to the policy's observation groups, augments the images on the device (random
+shift, colour jitter), takes one AdamW step on the policy's loss (padded chunk rows masked
+out) with warm-up + cosine learning rate and gradient clipping, and updates the EMA copy.
+The EMA copy is `actor`: what is published, evaluated and exported.
+
+`validate(batch)` scores the EMA policy without augmentation or condition dropout, with a
+fixed random stream (comparable across calls): the training loss and the error of a sampled
+chunk against the demonstrated one (normalized units, padding masked), the metric both
+heads share. `unilab.algos.offline.train_offline` runs the whole offline loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from unilab.algos.base import Algorithm
+from unilab.config.schema import AlgoConfig
+from unilab.policies.vla.augment import AugmentConfig, augment_images
+from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.policies.vla.policy import VLAPolicy
+
+VAL_SEED = 12345
+
+
+@dataclass
+class BCConfig(AlgoConfig):
+    name: str = "bc"
+    model: VLAConfig = field(default_factory=VLAConfig)
+    """The network (sizes, H, K, conditions)."""
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    """Image augmentation on the learner device."""
+    steps: int = 20000
+    """Gradient steps of offline training (the learning-rate schedule spans them)."""
+    batch_size: int = 64
+    """Frames (each with its action chunk) per gradient step."""
+    lr: float = 3e-4
+    """Peak AdamW learning rate."""
+    lr_min_ratio: float = 0.1
+    """The cosine schedule ends at lr * lr_min_ratio."""
+    warmup_steps: int = 200
+    """Linear learning-rate warm-up."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay (matrices only; not norms, biases, embeddings of positions)."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip (0: off)."""
+    ema_decay: float = 0.999
+    """EMA of the weights; the EMA copy is exported and evaluated. Ramps up as
+    min(ema_decay, (1 + step) / (10 + step))."""
+    val_fraction: float = 0.1
+    """Episodes held out for validation (split by episode, deterministic for a seed)."""
+    val_every: int = 500
+    """Validate every this many steps (and at the end)."""
+    val_max_frames: int = 1024
+    """Held-out frames scored per validation."""
+    vocab_size: int = 0
+    """Instruction vocabulary size (set from the task's shipped vocabulary; 0: none)."""
+    pad_id: int = 0
+    """Padding word id of the vocabulary."""
+    proprio_field: str = "obs/policy"
+    """Store field of the proprioception group."""
+    instruction_field: str = "obs/instruction"
+    """Store field of the instruction word ids."""
+    token_field: str = "token"
+    """Store field of the behaviour token (read when model.n_tokens > 0)."""
+    advantage_field: str = ""
+    """Store field of the advantage indicator (read when model.advantage; '' = null)."""
+
+
+def inputs_from_shapes(
+    obs_shapes: Mapping[str, Any], action_dim: int, vocab_size: int = 0, pad_id: int = 0
+) -> VLAInputs:
+    """VLA inputs from observation shapes: `policy` -> d or (d,), `images/<cam>` ->
+    (H, W, 3), `instruction` -> L or (L,); a value may also be an object with a `shape`
+    (a task's `ObsSpec`). Other groups (`critic`, `depth/<cam>`) are ignored."""
+
+    def dims_of(v: Any) -> tuple[int, ...]:
+        v = getattr(v, "shape", v)
+        return (int(v),) if isinstance(v, int) else tuple(int(s) for s in v)
+
+    def width(v: Any) -> int:
+        return dims_of(v)[0]
+
+    cams = {}
+    for key, shape in obs_shapes.items():
+        if key.startswith("images/"):
+            dims = dims_of(shape)
+            if len(dims) != 3 or dims[2] != 3:
+                raise ValueError(f"{key}: camera shape must be (H, W, 3), got {dims}")
+            cams[key.removeprefix("images/")] = (dims[0], dims[1])
+    return VLAInputs(
+        proprio_dim=width(obs_shapes["policy"]) if "policy" in obs_shapes else 0,
+        action_dim=int(action_dim),
+        cameras=cams,
+        vocab_size=vocab_size if "instruction" in obs_shapes else 0,
+        pad_id=pad_id,
+        instruction_len=width(obs_shapes["instruction"]) if "instruction" in obs_shapes else 0,
+    )
+
+
+class BehaviorCloning(Algorithm):
+    """Offline imitation of action chunks (base of bc_flow and bc_mse)."""
+
+    head: ClassVar[str] = "flow"
+    off_policy: ClassVar[bool] = True
+    offline: ClassVar[bool] = True
+    """Learns from a store, not from rollouts (the Runner calls `train_offline`)."""
+    uses_logprob: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        cfg: BCConfig,
+        obs_dims: Mapping[str, Any],
+        action_dim: int,
+        device: torch.device,
+        inputs: VLAInputs | None = None,
+    ) -> None:
+        obs_widths = {k: v for k, v in obs_dims.items() if isinstance(v, int)}  # base's view
+        super().__init__(cfg, obs_widths, action_dim, device)
+        self.cfg: BCConfig = cfg
+        self.inputs = inputs or inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
+        self.policy = VLAPolicy(self.inputs, cfg.model, self.head).to(device)
+        self.actor: VLAPolicy = copy.deepcopy(self.policy).requires_grad_(False).eval()
+        decay: list[torch.Tensor] = []
+        no_decay: list[torch.Tensor] = []
+        for name, p in self.policy.named_parameters():
+            (decay if p.dim() >= 2 and "pos" not in name.split(".")[-1] else no_decay).append(p)
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+            fused=True,  # one kernel for all parameters (CPU and CUDA): small nets are op-bound
+        )
+        self._params: list[torch.Tensor] = list(self.policy.parameters())
+        self._ema_params: list[torch.Tensor] = list(self.actor.parameters())
+        self._pairs_buffers = list(zip(self.actor.buffers(), self.policy.buffers(), strict=True))
+        self.step = 0
+        self.generator = torch.Generator()
+        self.generator.manual_seed(0)
+
+    @classmethod
+    def build_actor(cls, cfg: Any, obs_dims: Mapping[str, Any], action_dim: int) -> VLAPolicy:
+        inputs = inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
+        return VLAPolicy(inputs, cfg.model, cls.head)
+
+    def seed(self, seed: int) -> None:
+        """Seed the learner's own random stream (noise, times, dropout, augmentation)."""
+        self.generator.manual_seed(int(seed))
+
+    # -- frames -> observation groups ---------------------------------------------------
+    def observations(
+        self, batch: Mapping[str, torch.Tensor], augment: bool
+    ) -> dict[str, torch.Tensor]:
+        cfg, spec = self.cfg, self.inputs
+        wanted: dict[str, str] = {}
+        if spec.proprio_dim:
+            wanted["policy"] = cfg.proprio_field
+        for cam in spec.cameras:
+            wanted[f"images/{cam}"] = f"images/{cam}"
+        if spec.vocab_size:
+            wanted["instruction"] = cfg.instruction_field
+        if cfg.model.n_tokens:
+            wanted["token"] = cfg.token_field
+        if cfg.model.advantage and cfg.advantage_field:
+            wanted["advantage"] = cfg.advantage_field
+        missing = sorted(f for f in wanted.values() if f not in batch)
+        if missing:
+            raise KeyError(
+                f"the batch has no field(s) {missing} (needed by the policy's inputs); it has "
+                f"{sorted(batch)}"
+            )
+        obs = {
+            group: batch[name].to(self.device, non_blocking=True) for group, name in wanted.items()
+        }
+        if augment:
+            for cam in spec.cameras:
+                key = f"images/{cam}"
+                obs[key] = augment_images(obs[key], cfg.augment, self.generator)
+        return obs
+
+    def _chunks(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if "action" not in batch or batch["action"].dim() != 3:
+            raise KeyError(
+                "a BC batch needs `action` chunks (B, H, A): build the FrameDataset with "
+                f"action_horizon={self.cfg.model.horizon}"
+            )
+        actions = batch["action"].to(self.device, torch.float32)
+        if actions.shape[1] != self.cfg.model.horizon:
+            raise ValueError(
+                f"action chunks have H={actions.shape[1]}; the model predicts "
+                f"H={self.cfg.model.horizon} (FrameDataset action_horizon must match)"
+            )
+        pad = batch.get("action_is_pad")
+        is_pad = (
+            torch.zeros(actions.shape[:2], dtype=torch.bool, device=self.device)
+            if pad is None
+            else pad.to(self.device)
+        )
+        return actions, is_pad
+
+    # -- learning -----------------------------------------------------------------------
+    @torch.no_grad()
+    def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Set proprioception and action statistics from a (large) batch of frames."""
+        actions, is_pad = self._chunks(batch)
+        proprio = None
+        if self.inputs.proprio_dim:
+            proprio = batch[self.cfg.proprio_field].to(self.device, torch.float32)
+        self.policy.fit_normalizers(proprio, actions[~is_pad])
+        self.actor.load_state_dict(self.policy.state_dict())
+
+    def learning_rate(self, step: int) -> float:
+        cfg = self.cfg
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        frac = min(1.0, (step - cfg.warmup_steps) / span)
+        low = cfg.lr * cfg.lr_min_ratio
+        return low + 0.5 * (cfg.lr - low) * (1.0 + math.cos(math.pi * frac))
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One gradient step on a batch of frames with action chunks; -> metrics."""
+        self.policy.train()
+        actions, is_pad = self._chunks(batch)
+        obs = self.observations(batch, augment=True)
+        loss, metrics = self.policy.loss(obs, actions, is_pad, self.generator)
+        lr = self.learning_rate(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.zeros(())
+        if self.cfg.max_grad_norm > 0:
+            grad_norm = nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self._update_ema()
+        self.step += 1
+        out = {k: float(v) for k, v in metrics.items()}
+        out.update(loss=float(loss.detach()), lr=lr, grad_norm=float(grad_norm))
+        return out
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        decay = min(self.cfg.ema_decay, (1.0 + self.step) / (10.0 + self.step))
+        torch._foreach_lerp_(self._ema_params, self._params, 1.0 - decay)
+        for ema_b, b in self._pairs_buffers:
+            ema_b.copy_(b)
+
+    @torch.no_grad()
+    def validate(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Summed validation errors of the EMA policy on a batch (see module doc):
+        {"loss_sum", "action_sq_sum", "elements", "frames"} as tensors, so callers can pool
+        several batches before dividing."""
+        policy = self.actor.eval()
+        gen = torch.Generator()
+        gen.manual_seed(VAL_SEED)
+        actions, is_pad = self._chunks(batch)
+        obs = self.observations(batch, augment=False)
+        loss, _ = policy.loss(obs, actions, is_pad, gen, drop_conditions=False)
+        noise = policy.draw_noise(actions.shape[0], gen)
+        sampled = policy.sample(obs, deterministic=True, noise=noise)[0]
+        keep = (~is_pad)[..., None].expand_as(actions).to(torch.float32)
+        err = (
+            policy.action_norm.normalize(sampled) - policy.action_norm.normalize(actions)
+        ).square()
+        elements = keep.sum()
+        return {
+            "loss_sum": loss * elements,
+            "action_sq_sum": (err * keep).sum(),
+            "elements": elements,
+            "frames": torch.tensor(float(actions.shape[0])),
+        }
+
+    # -- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "actor": self.actor.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.generator.set_state(state["generator"])

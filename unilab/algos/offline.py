@@ -1,0 +1,239 @@
+"""The offline training core of `bc_flow` / `bc_mse`: frames -> gradient steps -> metrics.
+
+    ds = FrameDataset(store, action_horizon=cfg.model.horizon)
+    result = train_offline(learner, ds, steps=2000, on_metrics=log)
+
+Any frame source works that has `len()`, `batch(items) -> dict[str, Tensor]` and either
+`episode_of` + `indices` (as `FrameDataset`) or an `episode_index` field in its batches;
+this module does not import `unilab.data` (it sits below it in the layers).
+
+The held-out split is by episode (frames of one episode never sit on both sides),
+deterministic for a seed. Batches are drawn uniformly from the training items by the
+learner-independent `numpy` stream of `seed`, built on a background thread (`prefetch`
+batches ahead: reading images overlaps the gradient step) and moved to the learner device
+(images stay uint8 until there). `on_metrics(step, metrics)` is called every `log_every`
+steps (means over the interval) and after each validation, which runs every
+`cfg.val_every` steps and at the end: the Runner's logging, evaluation and checkpoint
+hooks attach there. Resuming continues from `learner.step`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from unilab.algos.behavior_cloning import BehaviorCloning
+
+
+class FrameSource(Protocol):
+    def __len__(self) -> int: ...
+
+    def batch(self, items: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]: ...
+
+
+MetricsHook = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class OfflineResult:
+    steps: int
+    """The learner's step count at the end."""
+    seconds: float
+    samples_per_s: float
+    """Frames (with their chunks) per second of the training loop, data loading included."""
+    train_items: np.ndarray
+    val_items: np.ndarray
+    history: list[dict[str, float]] = field(default_factory=list)
+    """Every `on_metrics` record, with its `step`."""
+
+    @property
+    def last_validation(self) -> dict[str, float]:
+        vals = [h for h in self.history if "val_loss" in h]
+        return vals[-1] if vals else {}
+
+
+def item_episodes(frames: Any) -> np.ndarray:
+    """Episode index of every item of a frame source."""
+    if hasattr(frames, "episode_of") and hasattr(frames, "indices"):
+        return np.asarray(frames.episode_of)[np.asarray(frames.indices)]
+    out = [
+        frames.batch(np.arange(s, min(s + 4096, len(frames))))["episode_index"].numpy()
+        for s in range(0, len(frames), 4096)
+    ]
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def split_items(
+    episodes: np.ndarray, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train items, held-out items), split by episode. With a single episode nothing is
+    held out; otherwise at least one episode is when val_fraction > 0."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    ids = np.unique(episodes)
+    n_val = 0 if val_fraction == 0 or ids.size < 2 else max(1, round(val_fraction * ids.size))
+    held = np.random.default_rng(seed).permutation(ids)[:n_val]
+    is_val = np.isin(episodes, held)
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+
+
+def _to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    pin = device.type == "cuda"
+    return {
+        k: (v.pin_memory() if pin else v).to(device, non_blocking=True) for k, v in batch.items()
+    }
+
+
+class _Prefetcher:
+    """Builds batches of `items` on a thread, `depth` ahead."""
+
+    def __init__(self, frames: FrameSource, items: np.ndarray, size: int, seed: int, depth: int):
+        self.frames, self.items, self.size = frames, items, size
+        self.rng = np.random.default_rng(seed)
+        self.depth = depth
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if depth > 0:
+            self.thread = threading.Thread(target=self._run, daemon=True, name="bc-prefetch")
+            self.thread.start()
+
+    def _make(self) -> dict[str, torch.Tensor]:
+        return self.frames.batch(np.sort(self.rng.choice(self.items, self.size)))
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                item: Any = self._make()
+            except BaseException as exc:  # handed to the training thread
+                item = exc
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def next(self) -> dict[str, torch.Tensor]:
+        if self.thread is None:
+            return self._make()
+        while True:
+            try:
+                item = self.queue.get(timeout=1.0)
+            except queue.Empty:
+                if not self.thread.is_alive():
+                    raise RuntimeError("the batch prefetch thread stopped") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5.0)
+
+
+def validate(
+    learner: BehaviorCloning, frames: FrameSource, items: np.ndarray, batch_size: int
+) -> dict[str, float]:
+    """Pooled validation metrics of the learner's EMA policy over `items`."""
+    if items.size == 0:
+        return {}
+    sums: dict[str, torch.Tensor] = {}
+    for start in range(0, items.size, batch_size):
+        batch = _to_device(frames.batch(items[start : start + batch_size]), learner.device)
+        for k, v in learner.validate(batch).items():
+            sums[k] = sums.get(k, torch.zeros((), device=v.device)) + v
+    elements = float(sums["elements"].clamp_min(1.0))
+    return {
+        "val_loss": float(sums["loss_sum"]) / elements,
+        "val_action_mse": float(sums["action_sq_sum"]) / elements,
+        "val_frames": float(sums["frames"]),
+    }
+
+
+def fit_normalizers(
+    learner: BehaviorCloning, frames: FrameSource, items: np.ndarray, max_frames: int, seed: int
+) -> None:
+    """Statistics from up to `max_frames` training frames (all of them when fewer)."""
+    pick = (
+        items
+        if items.size <= max_frames
+        else np.random.default_rng(seed).choice(items, max_frames, replace=False)
+    )
+    learner.fit_normalizers(_to_device(frames.batch(np.sort(pick)), learner.device))
+
+
+def train_offline(
+    learner: BehaviorCloning,
+    frames: FrameSource,
+    *,
+    steps: int | None = None,
+    seed: int = 0,
+    log_every: int = 50,
+    prefetch: int = 2,
+    stats_frames: int = 5000,
+    on_metrics: MetricsHook | None = None,
+    max_seconds: float | None = None,
+) -> OfflineResult:
+    """Train `learner` on `frames` until it has taken `steps` steps (default cfg.steps) or
+    `max_seconds` passed. Normalizer statistics are fitted on a fresh learner (step 0)."""
+    cfg = learner.cfg
+    total = cfg.steps if steps is None else int(steps)
+    train_items, val_items = split_items(item_episodes(frames), cfg.val_fraction, seed)
+    if train_items.size == 0:
+        raise ValueError("no training frames: the frame source is empty")
+    val_items = val_items[: cfg.val_max_frames]
+    if learner.step == 0:
+        learner.seed(seed)
+        fit_normalizers(learner, frames, train_items, stats_frames, seed)
+    history: list[dict[str, float]] = []
+
+    def emit(record: dict[str, float]) -> None:
+        record["step"] = float(learner.step)
+        history.append(record)
+        if on_metrics is not None:
+            on_metrics(learner.step, record)
+
+    loader = _Prefetcher(frames, train_items, cfg.batch_size, seed + learner.step, prefetch)
+    sums: dict[str, float] = {}
+    count, done, t0 = 0, 0, time.perf_counter()
+    try:
+        while learner.step < total:
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                break
+            metrics = learner.update(_to_device(loader.next(), learner.device))
+            done += 1
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            count += 1
+            if learner.step % log_every == 0 or learner.step == total:
+                rec = {k: v / count for k, v in sums.items()}
+                rec["samples_per_s"] = done * cfg.batch_size / (time.perf_counter() - t0)
+                emit(rec)
+                sums, count = {}, 0
+            if val_items.size and learner.step % cfg.val_every == 0 and learner.step < total:
+                emit(validate(learner, frames, val_items, cfg.batch_size))
+    finally:
+        loader.close()
+    seconds = time.perf_counter() - t0
+    if val_items.size:
+        emit(validate(learner, frames, val_items, cfg.batch_size))
+    return OfflineResult(
+        steps=learner.step,
+        seconds=seconds,
+        samples_per_s=done * cfg.batch_size / max(seconds, 1e-9),
+        train_items=train_items,
+        val_items=val_items,
+        history=history,
+    )

@@ -1,0 +1,136 @@
+"""Run an exported VLA with onnxruntime alone (no torch): chunks from observations and noise,
+executed step by step through the same `ChunkExecutor` as play and eval.
+
+    policy = OnnxVLAPolicy("export/vla.onnx")
+    executor = policy.executor(num_envs=1, seed=0)
+    action = executor({"policy": q, "images/front": rgb, "instruction": ids})  # (1, A)
+
+Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and `token` /
+`advantage` when the model has them; missing conditions are fed as null, -1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from unilab.export.metadata import MetadataError, PolicyMetadata
+from unilab.export.vla_metadata import ACTIONS_OUTPUT, NOISE_INPUT, VLAMetadata, input_name
+from unilab.policies.vla.chunking import ChunkExecutor
+
+
+class OnnxVLAPolicy:
+    """`plan(obs, noise)` -> (n, H, A) chunks; `executor(...)` -> a per-step wrapper. One
+    intra-op thread by default: a control loop wants latency and must leave cores to the
+    simulator or the robot driver."""
+
+    def __init__(self, path: Path | str, threads: int = 1) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise MetadataError(f"policy file not found: {self.path}")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(
+                str(self.path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise MetadataError(f"{self.path} is not a readable ONNX model: {exc}") from None
+        props = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.metadata = VLAMetadata.from_props(props, source=str(self.path))
+        self.robot: PolicyMetadata | None = (
+            PolicyMetadata.from_props(props, source=str(self.path))
+            if "format_version" in props
+            else None
+        )
+        """Robot/task metadata when the exporter was given it."""
+        names = [i.name for i in self.session.get_inputs()]
+        if names != self.metadata.inputs:
+            raise MetadataError(
+                f"{self.path}: graph inputs {names} differ from the metadata's "
+                f"{self.metadata.inputs}"
+            )
+        meta = self.metadata
+        self.obs_keys: list[str] = ["policy"] if meta.proprio_dim else []
+        self.obs_keys += [f"images/{cam}" for cam in meta.cameras]
+        if meta.vocab_size:
+            self.obs_keys.append("instruction")
+        self.condition_keys = (["token"] if meta.n_tokens else []) + (
+            ["advantage"] if meta.advantage else []
+        )
+
+    @property
+    def horizon(self) -> int:
+        return self.metadata.horizon
+
+    @property
+    def action_dim(self) -> int:
+        return self.metadata.action_dim
+
+    def _feeds(self, obs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+        meta = self.metadata
+        missing = [k for k in self.obs_keys if k not in obs]
+        if missing:
+            raise ValueError(f"observation is missing {missing}; this policy reads {self.obs_keys}")
+        n = int(np.asarray(obs[self.obs_keys[0]]).shape[0])
+        expect: dict[str, tuple[tuple[int, ...], type]] = {}
+        if meta.proprio_dim:
+            expect["policy"] = ((n, meta.proprio_dim), np.float32)
+        for cam, (h, w) in meta.cameras.items():
+            expect[f"images/{cam}"] = ((n, h, w, 3), np.uint8)
+        if meta.vocab_size:
+            expect["instruction"] = ((n, meta.instruction_len), np.int64)
+        feeds: dict[str, np.ndarray] = {}
+        for key, (shape, dtype) in expect.items():
+            x = np.asarray(obs[key])
+            if x.shape != shape:
+                raise ValueError(f"observation {key!r} has shape {x.shape}; expected {shape}")
+            if dtype is np.uint8 and x.dtype != np.uint8:
+                raise ValueError(f"observation {key!r} must be uint8 images, got {x.dtype}")
+            feeds[input_name(key)] = np.ascontiguousarray(x, dtype=dtype)
+        if meta.vocab_size:
+            ids = feeds["instruction"]
+            if ids.size and (ids.min() < 0 or ids.max() >= meta.vocab_size):
+                raise ValueError(f"instruction ids must be in [0, {meta.vocab_size})")
+        for key in self.condition_keys:
+            value = obs.get(key)
+            arr = np.full(n, -1, np.int64) if value is None else np.asarray(value, np.int64)
+            feeds[key] = np.ascontiguousarray(arr.reshape(n))
+        return feeds, n
+
+    def plan(self, obs: Mapping[str, np.ndarray], noise: np.ndarray | None = None) -> np.ndarray:
+        """Action chunks (n, H, A) float32 for n observations; `noise` (n, H, A) is the
+        flow's initial noise (zeros when None; ignored by an MSE head)."""
+        feeds, n = self._feeds(obs)
+        meta = self.metadata
+        if meta.head == "flow":
+            shape = (n, meta.horizon, meta.action_dim)
+            noise = np.zeros(shape, np.float32) if noise is None else np.asarray(noise, np.float32)
+            if noise.shape != shape:
+                raise ValueError(f"noise has shape {noise.shape}; expected {shape}")
+            feeds[NOISE_INPUT] = np.ascontiguousarray(noise)
+        (chunks,) = self.session.run([ACTIONS_OUTPUT], feeds)
+        return np.asarray(chunks, np.float32)
+
+    def executor(
+        self,
+        num_envs: int,
+        seed: int = 0,
+        n_act: int | None = None,
+        ensemble_decay: float | None = None,
+    ) -> ChunkExecutor:
+        """A per-step executor with the exported n_act / ensembling unless overridden."""
+        meta = self.metadata
+        return ChunkExecutor(
+            self.plan,
+            num_envs,
+            meta.horizon,
+            meta.action_dim,
+            meta.n_act if n_act is None else n_act,
+            meta.ensemble_decay if ensemble_decay is None else ensemble_decay,
+            seed,
+        )
