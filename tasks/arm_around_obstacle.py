@@ -56,7 +56,8 @@ class ArmAroundObstacle(TabletopTask):
         lat = cfg.lateral
 
         def point(x_range: list[float]) -> np.ndarray:
-            return np.stack([rng.uniform(*x_range, k), rng.uniform(-lat, lat, k)], axis=1)
+            x = rng.uniform(x_range[0], x_range[1], k)
+            return np.stack([x, rng.uniform(-lat, lat, k)], axis=1)
 
         cube, self._wall, self._goal = point(cfg.cube_x), point(cfg.wall_x), point(cfg.goal_x)
         self.set_cube_poses(qpos, 0, cube, rng.uniform(-np.pi / 4, np.pi / 4, k))
@@ -65,7 +66,9 @@ class ArmAroundObstacle(TabletopTask):
             y = side * rng.uniform(0.3, 0.36, k)
             # Several distractors take turns along x so that they never overlap.
             x = 0.3 + 0.1 * ((c - 1) % 4) + rng.uniform(0.0, 0.04, k)
-            self.set_cube_poses(qpos, c, np.stack([x, y], axis=1), rng.uniform(-np.pi / 4, np.pi / 4, k))
+            self.set_cube_poses(
+                qpos, c, np.stack([x, y], axis=1), rng.uniform(-np.pi / 4, np.pi / 4, k)
+            )
 
     def place_mocap(self, ids: np.ndarray) -> None:
         self.set_mocap(ids, "wall", self._wall)
@@ -94,5 +97,7 @@ class ArmAroundObstacle(TabletopTask):
         cube = self.cube_pos[:, 0]
         return {
             "success": self.success().astype(np.float32),
-            "goal_distance": np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1).astype(np.float32),
+            "goal_distance": np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1).astype(
+                np.float32
+            ),
         }

@@ -54,7 +54,9 @@ class ArmPickPlace(TabletopTask):
         self._bowls = np.stack([bx, by], axis=-1)  # (k, 2 bowls, 2)
         placed = np.zeros((k, 0, 2))
         for cube in range(self.num_cubes):
-            xy = sample_separated(self.rng, np.array(cfg.cube_low), np.array(cfg.cube_high), 0.08, placed)
+            xy = sample_separated(
+                self.rng, np.array(cfg.cube_low), np.array(cfg.cube_high), 0.08, placed
+            )
             placed = np.concatenate([placed, xy[:, None]], axis=1)
             yaw = self.rng.uniform(-np.pi / 4, np.pi / 4, k)
             self.set_cube_poses(qpos, cube, xy, yaw)
@@ -76,10 +78,12 @@ class ArmPickPlace(TabletopTask):
         cube = self.cube_pos[:, 0]
         horizontal = np.linalg.norm(cube[:, None, :2] - self.bowl_pos[:, :, :2], axis=2)
         inside = horizontal < BOWL_INNER_RADIUS - 0.015
-        return inside & (cube[:, None, 2] < 0.06) & self.settled(0)[:, None]
+        resting: np.ndarray = inside & (cube[:, None, 2] < 0.06) & self.settled(0)[:, None]
+        return resting
 
     def success(self) -> np.ndarray:
-        return self.in_bowl().any(axis=1)
+        done: np.ndarray = np.any(self.in_bowl(), axis=1)
+        return done
 
     def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
         cube = self.cube_pos[:, 0]
@@ -91,7 +95,7 @@ class ArmPickPlace(TabletopTask):
     def task_metrics(self) -> dict[str, np.ndarray]:
         inside = self.in_bowl()
         return {
-            "success": inside.any(axis=1).astype(np.float32),
+            "success": np.any(inside, axis=1).astype(np.float32),
             "in_left_bowl": inside[:, 0].astype(np.float32),
             "in_right_bowl": inside[:, 1].astype(np.float32),
         }

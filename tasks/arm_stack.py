@@ -69,7 +69,8 @@ class ArmStack(TabletopTask):
         return np.stack(out, axis=1)
 
     def success(self) -> np.ndarray:
-        return self.stacked().any(axis=1)
+        done: np.ndarray = np.any(self.stacked(), axis=1)
+        return done
 
     def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
         a, b = self.cube_pos[:, 0], self.cube_pos[:, 1]
@@ -81,7 +82,7 @@ class ArmStack(TabletopTask):
     def task_metrics(self) -> dict[str, np.ndarray]:
         stacked = self.stacked()
         return {
-            "success": stacked.any(axis=1).astype(np.float32),
+            "success": np.any(stacked, axis=1).astype(np.float32),
             "first_on_second": stacked[:, 0].astype(np.float32),
             "second_on_first": stacked[:, 1].astype(np.float32),
         }

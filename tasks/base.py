@@ -166,7 +166,9 @@ class Task(abc.ABC):
         whose observe() renders images declare them instead."""
         return {name: ObsSpec.of(values) for name, values in self.observe().items()}
 
-    def observe_after_reset(self, ids: np.ndarray, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def observe_after_reset(
+        self, ids: np.ndarray, obs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         """Observations after envs ids were reset within step(); obs holds this step's
         observations (the caller kept its own copy). The default observes everything again;
         tasks with costly groups (images) recompute only the rows of ids."""

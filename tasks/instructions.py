@@ -117,7 +117,9 @@ class InstructionTemplates:
         """Every instruction, in index order: template-major, then slots in declared order."""
         names = self.slot_names
         combos = list(itertools.product(*(self.slots[n] for n in names)))
-        return [t.format(**dict(zip(names, c, strict=True))) for t in self.templates for c in combos]
+        return [
+            t.format(**dict(zip(names, c, strict=True))) for t in self.templates for c in combos
+        ]
 
     def index(self, template: np.ndarray, **values: np.ndarray) -> np.ndarray:
         """Flat instruction index per env from a template index and one value index per slot."""

@@ -30,11 +30,11 @@ from unilab.sim.render import BatchRenderer, RenderSettings, camera_ids
 from unilab.tasks.base import DEPTH_PREFIX, IMAGE_PREFIX, INSTRUCTION, ObsSpec, Task
 from unilab.tasks.instructions import InstructionTable, InstructionTemplates
 from unilab.tasks.tabletop_scene import (
-    TABLETOP_XML,
     COLOUR_NAMES,
     COLOUR_RGB,
     CUBE_HALF,
     FINGER_PADS,
+    TABLETOP_XML,
     SceneLayout,
     bowl_name,
     build_scene,
@@ -208,7 +208,9 @@ class TabletopTask(Task):
         self._gripper_act = m.actuator(spec.gripper_actuator).id
         self._ee_site = m.site(spec.end_effector_site).id
         self._hand = m.body("hand").id
-        self._fingers = np.array([int(m.joint(j).qposadr[0]) for j in ("finger_left", "finger_right")])
+        self._fingers = np.array(
+            [int(m.joint(j).qposadr[0]) for j in ("finger_left", "finger_right")]
+        )
         self._default_pose = np.asarray(spec.default_pose, dtype=np.float64)
         self._ctrl_low = m.actuator_ctrlrange[self._arm_act, 0].copy()
         self._ctrl_high = m.actuator_ctrlrange[self._arm_act, 1].copy()
@@ -228,12 +230,14 @@ class TabletopTask(Task):
             [int(m.joint(cube_name(i)).dofadr[0]) for i in range(self.num_cubes)]
         )
         # (n, 2 pads, cubes) "found" flags of the pad-cube contact sensors (live views).
-        touch = [[self.sim.sensor(touch_sensor_name(p, i)) for i in range(self.num_cubes)] for p in FINGER_PADS]
+        touch = [
+            [self.sim.sensor(touch_sensor_name(p, i)) for i in range(self.num_cubes)]
+            for p in FINGER_PADS
+        ]
         self._touch = [[view[:, 0] for view in row] for row in touch]
         self._mocap_pos = self.sim.bind("mocap_pos") if m.nmocap else None
         self._mocap_id = {
-            name: int(m.body_mocapid[m.body(name).id])
-            for name in self._mocap_names()
+            name: int(m.body_mocapid[m.body(name).id]) for name in self._mocap_names()
         }
 
         self.instructions = InstructionTable(self.templates, cfg.instruction_length)
@@ -309,7 +313,9 @@ class TabletopTask(Task):
             try:
                 camera_ids(model, list(self.cfg.cameras))
             except (ValueError, TypeError) as exc:
-                raise ValueError(f"task {self.cfg.name!r}: cameras={list(self.cfg.cameras)}: {exc}") from None
+                raise ValueError(
+                    f"task {self.cfg.name!r}: cameras={list(self.cfg.cameras)}: {exc}"
+                ) from None
         return model
 
     def _mocap_names(self) -> list[str]:
@@ -408,13 +414,19 @@ class TabletopTask(Task):
         cfg = self.cfg
         ee = self.ee_pos.copy()
         rot = self.ee_rot
-        target = np.clip(self.ee_target + cfg.max_step * actions[:, :3], WORKSPACE_LOW, WORKSPACE_HIGH)
+        target = np.clip(
+            self.ee_target + cfg.max_step * actions[:, :3], WORKSPACE_LOW, WORKSPACE_HIGH
+        )
         lead = target - ee
         dist = np.linalg.norm(lead, axis=1, keepdims=True)
         target = ee + lead * np.minimum(1.0, cfg.max_lead / np.maximum(dist, 1e-9))
         yaw = np.arctan2(rot[:, 1, 0], rot[:, 0, 0])
-        target_yaw = np.clip(self.ee_target_yaw + cfg.max_yaw_step * actions[:, 3], -YAW_LIMIT, YAW_LIMIT)
-        target_yaw = yaw + np.clip(wrap_angle(target_yaw - yaw), -cfg.max_yaw_lead, cfg.max_yaw_lead)
+        target_yaw = np.clip(
+            self.ee_target_yaw + cfg.max_yaw_step * actions[:, 3], -YAW_LIMIT, YAW_LIMIT
+        )
+        target_yaw = yaw + np.clip(
+            wrap_angle(target_yaw - yaw), -cfg.max_yaw_lead, cfg.max_yaw_lead
+        )
         self.ee_target, self.ee_target_yaw = target, target_yaw
         target_rot = rotation_z(target_yaw) @ _DOWN
         err = np.concatenate(
@@ -485,10 +497,14 @@ class TabletopTask(Task):
         assert self.renderer is not None
         frames = self.renderer.render(ids)
         out = {IMAGE_PREFIX + cam: img for cam, img in frames.items()}
-        out.update({DEPTH_PREFIX + cam: d[..., None] for cam, d in self.renderer.last_depth.items()})
+        out.update(
+            {DEPTH_PREFIX + cam: d[..., None] for cam, d in self.renderer.last_depth.items()}
+        )
         return out
 
-    def observe_after_reset(self, ids: np.ndarray, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def observe_after_reset(
+        self, ids: np.ndarray, obs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         new = self._vector_obs()
         new[INSTRUCTION] = self.instructions.ids[self.instruction_index]
         if self.renderer is not None:
@@ -546,7 +562,8 @@ class TabletopTask(Task):
         return np.sum(np.square(self.actions - self.prev_actions), axis=1)
 
     def terminations(self) -> dict[str, np.ndarray]:
-        reasons = {"cube_off_table": (self.cube_pos[:, :, 2] < -0.05).any(axis=1)}
+        off_table: np.ndarray = np.any(self.cube_pos[:, :, 2] < -0.05, axis=1)
+        reasons = {"cube_off_table": off_table}
         if self.cfg.terminate_on_success:
             reasons["success"] = self.success()
         return reasons
@@ -584,7 +601,9 @@ class TabletopTask(Task):
         k = len(ids)
         qpos = np.tile(self._home_qpos, (k, 1))
         noise = self.rng.uniform(-self.cfg.init_joint_noise, self.cfg.init_joint_noise, (k, 7))
-        qpos[:, self._qpos_adr] = np.clip(self._default_pose + noise, self._ctrl_low, self._ctrl_high)
+        qpos[:, self._qpos_adr] = np.clip(
+            self._default_pose + noise, self._ctrl_low, self._ctrl_high
+        )
         self.sample_episode(ids, qpos)
         self.sim.reset(ids, qpos=qpos, qvel=np.zeros(self.model.nv))
         self.ee_target[ids] = self.ee_pos[ids]
@@ -614,7 +633,9 @@ class TabletopTask(Task):
         """Which geoms take which colour role: cubes their own, bowls/goal a free colour."""
         m = self.model
         self._bowl_geoms = [
-            np.array([g for g in range(m.ngeom) if m.body(int(m.geom_bodyid[g])).name == bowl_name(b)])
+            np.array(
+                [g for g in range(m.ngeom) if m.body(int(m.geom_bodyid[g])).name == bowl_name(b)]
+            )
             for b in range(self.layout.num_bowls)
         ]
         self._goal_geom = m.geom("goal").id if self.layout.goal_marker else -1
@@ -632,7 +653,9 @@ class TabletopTask(Task):
         self.cube_colour[ids] = order[:, : self.num_cubes]
         extras = order[:, self.num_cubes : self.num_cubes + self.extra_colour.shape[1]]
         self.extra_colour[ids] = extras
-        self.colour_noise[ids] = self.rng.uniform(-cfg.colour_jitter, cfg.colour_jitter, (k, m.ngeom, 3))
+        self.colour_noise[ids] = self.rng.uniform(
+            -cfg.colour_jitter, cfg.colour_jitter, (k, m.ngeom, 3)
+        )
         self.light_scale[ids] = 1.0 + self.rng.uniform(-cfg.light_jitter, cfg.light_jitter, (k, 2))
         self.light_tilt[ids] = self.rng.uniform(
             -cfg.light_direction_jitter, cfg.light_direction_jitter, (k, 2)

@@ -115,6 +115,8 @@ BENCHMARKS = {
     "runtime": "collection throughput vs the ceiling; sync vs async overlap",
     "e2e": "time to a target return: unilab async, sync, Stable-Baselines3",
     "scaling": "env steps/s against workers, envs per worker and threads",
+    "render": "camera frames/s per core: per-env vs tiled, task stepping with cameras",
+    "experts": "tabletop scripted experts: success over 200 episodes, mode path distances",
     "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",

@@ -13,7 +13,8 @@ offsets) varies the demonstrations within a mode.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,10 +27,13 @@ from unilab.tasks.tabletop_scene import CUBE_HALF
 EXPERTS: Registry[type[ScriptedExpert]] = Registry("expert")
 
 
-def register_expert(task_name: str):  # type: ignore[no-untyped-def]
+ExpertT = TypeVar("ExpertT", bound="type[ScriptedExpert]")
+
+
+def register_expert(task_name: str) -> Callable[[ExpertT], ExpertT]:
     """Class decorator: the expert for the task registered as task_name."""
 
-    def decorator(cls: type[ScriptedExpert]) -> type[ScriptedExpert]:
+    def decorator(cls: ExpertT) -> ExpertT:
         EXPERTS.add(task_name, cls)
         return cls
 
@@ -72,13 +76,25 @@ class ScriptedExpert:
     def num_modes(self) -> int:
         return len(self.mode_names)
 
-    def reset(self, env_ids: npt.ArrayLike | None = None) -> None:
-        """New episodes in env_ids (None: all): draw modes and noise, restart the phases.
-        Call it after the task reset those envs (their objects are placed)."""
+    def reset(
+        self, env_ids: npt.ArrayLike | None = None, modes: npt.ArrayLike | None = None
+    ) -> None:
+        """New episodes in env_ids (None: all): draw modes (or take `modes`, one per env or
+        one for all) and noise, restart the phases. Call it after the task reset those envs
+        (their objects are placed)."""
         ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
         if ids.size == 0:
             return
-        self.mode[ids] = self.rng.integers(0, self.num_modes, ids.size)
+        if modes is None:
+            self.mode[ids] = self.rng.integers(0, self.num_modes, ids.size)
+        else:
+            chosen = np.broadcast_to(np.asarray(modes, dtype=np.int64), ids.shape)
+            if ((chosen < 0) | (chosen >= self.num_modes)).any():
+                raise ValueError(
+                    f"modes must be in 0..{self.num_modes - 1} ({', '.join(self.mode_names)}), "
+                    f"got {sorted(set(chosen.tolist()))}"
+                )
+            self.mode[ids] = chosen
         self.phase[ids] = 0
         self.timer[ids] = 0
         self.speed[ids] = self.rng.uniform(0.6, 1.0, ids.size)

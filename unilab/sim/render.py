@@ -21,6 +21,7 @@ Headless machines need `MUJOCO_GL=egl` before mujoco is first imported.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from collections.abc import Sequence
@@ -108,12 +109,16 @@ class RenderSettings:
     """Slices of curved shapes (MuJoCo's default 28 buys nothing at 64 px, costs ~20 %)."""
     multisamples: int = 0
     """MSAA samples of the offscreen buffer (MuJoCo's default 4 costs ~30 % on llvmpipe)."""
+    max_framebuffer: int = MAX_FRAMEBUFFER
+    """Largest side (pixels) of the shared framebuffer; tiles beyond it take more passes."""
 
     def __post_init__(self) -> None:
         for name in ("width", "height"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not 1 <= value <= MAX_FRAMEBUFFER:
-                raise ValueError(f"{name} must be an integer in 1..{MAX_FRAMEBUFFER}, got {value!r}")
+            if not isinstance(value, int) or not 1 <= value <= self.max_framebuffer:
+                raise ValueError(
+                    f"{name} must be an integer in 1..{self.max_framebuffer}, got {value!r}"
+                )
         if self.tessellation < 3 or self.multisamples < 0:
             raise ValueError(
                 f"tessellation must be >= 3 and multisamples >= 0, got {self.tessellation} and "
@@ -138,6 +143,8 @@ class BatchRenderer:
         self.settings = settings or RenderSettings()
         s = self.settings
         self.sim = sim
+        if isinstance(cameras, str):
+            raise TypeError(f"cameras must be a list of camera names, got the string {cameras!r}")
         self.cameras = tuple(str(c) for c in cameras)
         if not self.cameras:
             raise ValueError("a BatchRenderer needs at least one camera name")
@@ -147,8 +154,8 @@ class BatchRenderer:
 
         # Tiles: camera c of env i is tile c * num_envs + i; as many as fit per pass.
         tiles = len(self.cameras) * self.num_envs
-        max_cols = MAX_FRAMEBUFFER // s.width
-        max_rows = MAX_FRAMEBUFFER // s.height
+        max_cols = s.max_framebuffer // s.width
+        max_rows = s.max_framebuffer // s.height
         cols = min(max_cols, max(1, int(np.ceil(np.sqrt(tiles * s.height / s.width)))))
         rows = min(max_rows, int(np.ceil(tiles / cols)))
         self._cols, self._rows = cols, rows
@@ -180,8 +187,12 @@ class BatchRenderer:
             self._scene.flags[flag] = int(s.shadows)
         self._scene.flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
         self._option = mujoco.MjvOption()
-        self._option.geomgroup[:] = [int(g in s.geom_groups) for g in range(len(self._option.geomgroup))]
-        self._option.sitegroup[:] = [int(g in s.site_groups) for g in range(len(self._option.sitegroup))]
+        self._option.geomgroup[:] = [
+            int(g in s.geom_groups) for g in range(len(self._option.geomgroup))
+        ]
+        self._option.sitegroup[:] = [
+            int(g in s.site_groups) for g in range(len(self._option.sitegroup))
+        ]
         self._cams = []
         for cid in self._cam_ids:
             cam = mujoco.MjvCamera()
@@ -230,7 +241,9 @@ class BatchRenderer:
             arr = np.asarray(values, dtype=np.float64)
             want = (env_ids.size, *default.shape)
             if arr.shape != want and arr.shape != default.shape:
-                raise ValueError(f"{name} for {env_ids.size} envs must have shape {want}, got {arr.shape}")
+                raise ValueError(
+                    f"{name} for {env_ids.size} envs must have shape {want}, got {arr.shape}"
+                )
             if not np.isfinite(arr).all():
                 raise ValueError(f"{name} holds non-finite values")
             self._visuals[name][env_ids] = arr
@@ -265,7 +278,11 @@ class BatchRenderer:
         ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
         k, ncam, s = ids.size, len(self.cameras), self.settings
         out = {c: np.empty((k, s.height, s.width, 3), np.uint8) for c in self.cameras}
-        depth = {c: np.empty((k, s.height, s.width), np.float32) for c in self.cameras} if s.depth else {}
+        depth = (
+            {c: np.empty((k, s.height, s.width), np.float32) for c in self.cameras}
+            if s.depth
+            else {}
+        )
         if k == 0:
             self.last_depth = depth
             return out
@@ -306,10 +323,12 @@ class BatchRenderer:
         for c, name in enumerate(self.cameras):
             out[name][start : start + n] = tiles[c * n : (c + 1) * n]
         if self._depth_buf is not None:
-            dt = self._depth_buf[: used_rows * h].reshape(used_rows, h, cols, w)
-            dt = dt[:, ::-1].transpose(0, 2, 1, 3).reshape(used_rows * cols, h, w)
+            grid = self._depth_buf[: used_rows * h].reshape(used_rows, h, cols, w)
+            dtiles = grid[:, ::-1].transpose(0, 2, 1, 3).reshape(used_rows * cols, h, w)
             for c, (name, cid) in enumerate(zip(self.cameras, self._cam_ids, strict=True)):
-                depth[name][start : start + n] = self._metric_depth(dt[c * n : (c + 1) * n], cid)
+                depth[name][start : start + n] = self._metric_depth(
+                    dtiles[c * n : (c + 1) * n], cid
+                )
 
     def _metric_depth(self, z: np.ndarray, cam_id: int) -> np.ndarray:
         """Depth-buffer values (reversed Z, as MuJoCo draws) to metres along the camera axis."""
@@ -347,8 +366,6 @@ class BatchRenderer:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        # At interpreter shutdown the GL library may be gone already.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # interpreter shutdown: the GL library may be gone already
-            pass
-
