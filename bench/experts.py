@@ -15,6 +15,11 @@ their resampled points. Two ratios, "between modes" over "within a mode":
 
 Per mode pair the mean distances are kept too (a grasp turn moves a path less than a bowl
 choice). Cameras are off: experts read the state, and pixels would only cost time here.
+
+`controller`: how the action space behaves (docs/decisions/0032): from the ready pose, a
+constant action along one axis for 12 steps; the fingertip's (or hand yaw's) displacement
+per step over the last 6 steps against the commanded one, the largest drift off the axis,
+and how far the fingertip still moves in 10 steps of zero action after that.
 """
 
 from __future__ import annotations
@@ -163,6 +168,44 @@ def mode_statistics(run: dict[str, Any], paired: bool = False) -> dict[str, Any]
     }
 
 
+def controller_tracking() -> dict[str, Any]:
+    """Commanded vs achieved setpoint motion of the tabletop action space (one env each)."""
+    out: dict[str, Any] = {}
+    for axis, name in enumerate(("x", "y", "z", "yaw")):
+        for magnitude in (1.0, 0.3):
+            cfg = compose(["task=arm_pick_place", "task.cameras=[]", "task.init_joint_noise=0"])
+            task = make_task(cfg.task, num_envs=1, seed=0)
+            assert isinstance(task, TabletopTask)
+            task.reset()
+            action = np.zeros((1, 5), np.float32)
+            action[0, 4] = 1.0
+            action[0, axis] = -magnitude if name == "z" else magnitude
+            ee, yaw = [task.ee_pos[0].copy()], [float(task.ee_yaw[0])]
+            for _ in range(12):
+                task.step(action)
+                ee.append(task.ee_pos[0].copy())
+                yaw.append(float(task.ee_yaw[0]))
+            pos, ang = np.array(ee), np.array(yaw)
+            step = task.cfg.max_yaw_step if name == "yaw" else task.cfg.max_step
+            moved = np.diff(ang)[-6:] if name == "yaw" else np.abs(np.diff(pos[:, axis])[-6:])
+            off = [a for a in range(3) if a != axis]
+            drift = np.abs(np.diff(pos[:, off], axis=0)).max() if name != "yaw" else None
+            hold = np.zeros((1, 5), np.float32)
+            hold[0, 4] = 1.0
+            before = task.ee_pos[0].copy()
+            for _ in range(10):
+                task.step(hold)
+            out[f"{name}_{magnitude:g}"] = {
+                "commanded_per_step": magnitude * step,
+                "achieved_per_step": float(moved.mean()),
+                "achieved_fraction": float(moved.mean() / (magnitude * step)),
+                "max_off_axis_per_step_m": None if drift is None else float(drift),
+                "coast_after_stop_m": float(np.linalg.norm(task.ee_pos[0] - before)),
+            }
+            task.close()
+    return out
+
+
 def run_benchmark(episodes: int, num_envs: int, seed: int, scenes: int) -> dict[str, Any]:
     tasks: dict[str, Any] = {}
     ratios: dict[str, float] = {}
@@ -202,6 +245,7 @@ def run_benchmark(episodes: int, num_envs: int, seed: int, scenes: int) -> dict[
         },
         "path": f"finger-pad centres, {PATH_POINTS} points over each episode's duration",
         "tasks": tasks,
+        "controller": controller_tracking(),
         "ratios": ratios,
         "targets": TARGETS,
     }
@@ -227,6 +271,18 @@ def print_report(doc: dict[str, Any]) -> None:
     ]
     columns = ["task", "success", "per mode", "within m", "between m", "ratio"]
     print_table(rows, [*columns, "paired within", "paired between", "paired ratio", "steps"])
+    print("controller (action space):")
+    print_table(
+        [{"command": k, **v} for k, v in doc["controller"].items()],
+        [
+            "command",
+            "commanded_per_step",
+            "achieved_per_step",
+            "achieved_fraction",
+            "max_off_axis_per_step_m",
+            "coast_after_stop_m",
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
