@@ -10,6 +10,8 @@ expert for a few steps so the arm and cubes are spread out as in collection.
 - per_env_cheap: the same on the observation settings (no MSAA, 12 slices);
 - tiled: `unilab.sim.render.BatchRenderer`, every (env, camera) a viewport of one
   framebuffer, one `mjr_readPixels` per batch: the render ceiling;
+- tiled_64_fine_floor: the same with the floor MuJoCo scenes usually have (an infinite
+  plane drawn with a 5 cm grid), which the tabletop scene no longer has;
 - step_cameras: `task.step(expert.act())` with the front and wrist cameras observed
   (physics, the end-effector controller, rewards, observations, auto-resets and images)
   against step_physics, the same with `task.cameras=[]`.
@@ -49,6 +51,7 @@ from unilab.bench.common import (
     write_json,
 )
 from unilab.config import compose
+from unilab.sim.render import BatchRenderer, RenderSettings
 from unilab.tasks.experts import make_expert
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
@@ -96,9 +99,24 @@ def posed_task(
 
 
 def tiled_runner(task: TabletopTask, renders: int) -> Callable[[], Rates]:
-    renderer = task.renderer
-    assert renderer is not None
-    frames = renders * task.num_envs * len(renderer.cameras)
+    assert task.renderer is not None
+    return renderer_runner(task.renderer, task.num_envs, renders)
+
+
+def fine_floor_renderer(task: TabletopTask, size: int) -> BatchRenderer:
+    """A tiled renderer of the same envs whose floor is MuJoCo's usual infinite plane with a
+    5 cm grid (the arm scene's floor before this benchmark): drawn as thousands of quads."""
+    floor = task.model.geom("floor").id
+    saved = task.model.geom_size[floor].copy()
+    task.model.geom_size[floor] = [0.0, 0.0, 0.05]
+    try:  # the renderer copies the model now; the physics never reads a plane's size
+        return BatchRenderer(task.sim, list(CAMERAS), RenderSettings(width=size, height=size))
+    finally:
+        task.model.geom_size[floor] = saved
+
+
+def renderer_runner(renderer: BatchRenderer, num_envs: int, renders: int) -> Callable[[], Rates]:
+    frames = renders * num_envs * len(renderer.cameras)
 
     def run() -> Rates:
         with Clock() as clock:
@@ -163,6 +181,10 @@ def run_benchmark(sizes: Sizes) -> dict[str, Any]:
         task, _ = posed_task(sizes.num_envs, size, CAMERAS)
         tasks.append(task)
         runners[f"tiled_{size}"] = tiled_runner(task, sizes.renders)
+        if size == 64:
+            fine = fine_floor_renderer(task, size)
+            closers.append(fine.close)
+            runners["tiled_64_fine_floor"] = renderer_runner(fine, task.num_envs, sizes.renders)
         for variant in ("default", "plain", "cheap"):
             name = f"per_env_{variant}_{size}" if variant != "plain" else f"per_env_{size}"
             run, close = per_env_runner(task, size, variant)
@@ -199,6 +221,8 @@ def run_benchmark(sizes: Sizes) -> dict[str, Any]:
         ratios[f"tiled_vs_per_env_default_{size}"] = (
             best[f"tiled_{size}"] / best[f"per_env_default_{size}"]
         )
+    if "tiled_64_fine_floor" in best:
+        ratios["coarse_vs_fine_floor_64"] = best["tiled_64"] / best["tiled_64_fine_floor"]
     # Where the time of a camera step goes: physics + control per env step, render per frame.
     split = {
         "physics_ms_per_env_step": 1e3 / best["step_physics"],
