@@ -184,6 +184,11 @@ class Task(abc.ABC):
         """Per-env metrics logged as means (e.g. success, tracking error)."""
         return {}
 
+    def close(self) -> None:
+        """Release what the task holds beyond memory (a renderer's GL context); idempotent.
+        Tasks without such resources need not override it."""
+        return None
+
     # -- the shared machinery ---------------------------------------------------------------
     def _resolve_reward_weights(self, overrides: dict[str, float]) -> dict[str, float]:
         weights = dict(self.default_reward_weights)

@@ -702,6 +702,7 @@ class TabletopTask(Task):
 
     def close(self) -> None:
         """Release the renderer's GL context (also done when the task is collected)."""
+        super().close()
         if self.renderer is not None:
             self.renderer.close()
             self.renderer = None
