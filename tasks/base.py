@@ -4,7 +4,10 @@ A task owns one `BatchedSim` and computes everything in numpy over all of its en
 Subclasses provide:
 
 - `build_model()` (default: the robot spec's scene) and `action_to_ctrl(actions)`;
-- `observe() -> {group: (n, d) float32}` with at least a `policy` group;
+- `observe() -> {group: (n, ...) array}` with at least a `policy` group: float32 vectors
+  (`policy`, `critic`) and, for vision-language tasks, uint8 images (`images/<camera>`,
+  (n, H, W, 3)) and int64 token ids (`instruction`, (n, L)); `observation_spec()` declares
+  each group's shape and dtype (by default it is read off one `observe()` call);
 - reward terms as methods `reward_<name>(self) -> (n,)`, weighted by `default_reward_weights`
   overridden by `cfg.reward_weights` (each term is reported, for logging);
 - `terminations() -> {reason: (n,) bool}`;
@@ -32,12 +35,43 @@ from unilab.sim.stability import StabilityLimits
 
 SIM_UNSTABLE = "sim_unstable"
 TIME_OUT = "time_out"
+IMAGE_PREFIX = "images/"
+"""Observation groups named images/<camera> hold (n, H, W, 3) uint8 RGB frames."""
+DEPTH_PREFIX = "depth/"
+"""Observation groups named depth/<camera> hold (n, H, W) float32 metres."""
+INSTRUCTION = "instruction"
+"""The observation group of language token ids, (n, L) int64, padded with 0."""
+OBS_DTYPES = ("float32", "uint8", "int64")
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """Shape (per env, without the env axis) and dtype of one observation group."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    """One of OBS_DTYPES: float32 vectors and depth, uint8 images, int64 token ids."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in OBS_DTYPES:
+            raise ValueError(f"observation dtype {self.dtype!r} is not one of {OBS_DTYPES}")
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def is_vector(self) -> bool:
+        """A float32 vector group: what MLP policies, normalizers and obs_dims take."""
+        return self.dtype == "float32" and len(self.shape) == 1
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> ObsSpec:
+        """The spec of a batched (n, ...) observation array."""
+        return cls(tuple(values.shape[1:]), str(values.dtype))
 
 
 @dataclass
 class StepResult:
     obs: dict[str, np.ndarray]
-    """Observation groups after auto-reset, (n, d) float32 each."""
+    """Observation groups after auto-reset, (n, ...) each (see Task.observation_spec)."""
     reward: np.ndarray
     """(n,) float32, the weighted sum of reward terms times control dt."""
     terminated: np.ndarray
@@ -125,7 +159,20 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def observe(self) -> dict[str, np.ndarray]:
-        """Observation groups, (n, d) float32 each, with at least `policy`."""
+        """Observation groups, (n, ...) each as `observation_spec()` says, with at least `policy`."""
+
+    def observation_spec(self) -> dict[str, ObsSpec]:
+        """Group -> shape and dtype. The default reads them off one observe() call; tasks
+        whose observe() renders images declare them instead."""
+        return {name: ObsSpec.of(values) for name, values in self.observe().items()}
+
+    def observe_after_reset(
+        self, ids: np.ndarray, obs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """Observations after envs ids were reset within step(); obs holds this step's
+        observations (the caller kept its own copy). The default observes everything again;
+        tasks with costly groups (images) recompute only the rows of ids."""
+        return self.observe()
 
     def terminations(self) -> dict[str, np.ndarray]:
         return {}
@@ -136,6 +183,11 @@ class Task(abc.ABC):
     def task_metrics(self) -> dict[str, np.ndarray]:
         """Per-env metrics logged as means (e.g. success, tracking error)."""
         return {}
+
+    def close(self) -> None:
+        """Release what the task holds beyond memory (a renderer's GL context); idempotent.
+        Tasks without such resources need not override it."""
+        return None
 
     # -- the shared machinery ---------------------------------------------------------------
     def _resolve_reward_weights(self, overrides: dict[str, float]) -> dict[str, float]:
@@ -154,7 +206,9 @@ class Task(abc.ABC):
 
     @property
     def obs_dims(self) -> dict[str, int]:
-        return {k: v.shape[1] for k, v in self.observe().items()}
+        """Widths of the float32 vector groups (policy, critic); images and token ids are
+        in observation_spec()."""
+        return {k: v.shape[0] for k, v in self.observation_spec().items() if v.is_vector}
 
     def reset(self) -> dict[str, np.ndarray]:
         ids = np.arange(self.num_envs)
@@ -214,7 +268,7 @@ class Task(abc.ABC):
             self.episode_return[ids] = 0.0
             self.actions[ids] = 0.0
             self.prev_actions[ids] = 0.0
-            obs = self.observe()
+            obs = self.observe_after_reset(ids, obs)
         return StepResult(
             obs=self._noisy(obs),
             reward=reward,

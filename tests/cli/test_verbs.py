@@ -109,7 +109,7 @@ def test_a_new_verb_is_one_module(
     assert dispatch(["demo", "--help"], verbs) == 0
     assert "make a key pair" in capsys.readouterr().out
     orphan = Verb("orphan-verb", "x", lambda a: 0, parent="no-such-group")
-    with pytest.raises(RuntimeError, match="no group verb .no-such-group."):
+    with pytest.raises(RuntimeError, match="no group verb 'no-such-group'"):
         dispatch(["orphan-verb"], [*VERBS, orphan])
 
 

@@ -20,9 +20,11 @@ BENCHMARKS = {
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
     "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
+    "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
+    "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
-MEASURED = ["sim", "runtime", "e2e", "scaling", "vla"]
+MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]
 """What `unilab bench all` runs (then `report`); learn_* and the long hil soak run by name."""
 
 

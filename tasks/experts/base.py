@@ -1,0 +1,258 @@
+"""Scripted experts: batched phase machines over the privileged state of a tabletop task.
+
+Every env runs its own phase (approach, descend, close, lift, carry, ...), but the code
+loops over phases, never over envs: each phase computes the waypoints of the envs in it
+with numpy, and a mask moves the envs that reached theirs to the next phase. The output is
+the task's own action (setpoint displacement, yaw change, gripper), so an expert is a
+policy like any other and its episodes are demonstrations in the policy's action units.
+
+Modes: each episode draws a strategy (`mode`, an int per env; names in `mode_names`),
+e.g. which bowl or which way around a wall. Per-episode noise (speed, heights, waypoint
+offsets) varies the demonstrations within a mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from unilab.registry import Registry
+from unilab.sim.indices import as_env_ids
+from unilab.tasks.tabletop import TabletopTask, wrap_angle
+from unilab.tasks.tabletop_scene import CUBE_HALF
+
+EXPERTS: Registry[type[ScriptedExpert]] = Registry("expert")
+
+
+ExpertT = TypeVar("ExpertT", bound="type[ScriptedExpert]")
+
+
+def register_expert(task_name: str) -> Callable[[ExpertT], ExpertT]:
+    """Class decorator: the expert for the task registered as task_name."""
+
+    def decorator(cls: ExpertT) -> ExpertT:
+        EXPERTS.add(task_name, cls)
+        return cls
+
+    return decorator
+
+
+def make_expert(task: TabletopTask, seed: int = 0) -> ScriptedExpert:
+    """The scripted expert of task's registered name, its mode draws seeded by seed."""
+    cls = EXPERTS.get(task.cfg.name)
+    return cls(task, seed)
+
+
+def grasp_yaw(cube_yaw: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Hand yaw that closes the fingers across a cube's faces: turn 0 takes the pair of
+    faces needing the smaller wrist turn (|yaw| <= pi/4), turn 1 the other pair
+    (pi/4 < |yaw| <= pi/2)."""
+    other = np.where(cube_yaw >= 0, cube_yaw - np.pi / 2, cube_yaw + np.pi / 2)
+    return np.where(turn == 0, cube_yaw, other)
+
+
+class ScriptedExpert:
+    """Base: modes, phases, per-episode noise and the conversion of waypoints to actions."""
+
+    mode_names: ClassVar[tuple[str, ...]]
+
+    def __init__(self, task: TabletopTask, seed: int = 0) -> None:
+        self.task = task
+        self.num_envs = n = task.num_envs
+        self.rng = np.random.default_rng(seed)
+        self.mode = np.zeros(n, dtype=np.int64)
+        """(n,) strategy of each env's episode; ground truth for mode discovery."""
+        self.phase = np.zeros(n, dtype=np.int64)
+        self.timer = np.zeros(n, dtype=np.int64)
+        """Control steps spent in the current phase."""
+        self.speed = np.ones(n)
+        """Per-episode fraction of the task's largest step the expert moves at."""
+        self.reset()
+
+    @property
+    def num_modes(self) -> int:
+        return len(self.mode_names)
+
+    def reset(
+        self, env_ids: npt.ArrayLike | None = None, modes: npt.ArrayLike | None = None
+    ) -> None:
+        """New episodes in env_ids (None: all): draw modes (or take `modes`, one per env or
+        one for all) and noise, restart the phases. Call it after the task reset those envs
+        (their objects are placed)."""
+        ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
+        if ids.size == 0:
+            return
+        if modes is None:
+            self.mode[ids] = self.rng.integers(0, self.num_modes, ids.size)
+        else:
+            chosen = np.broadcast_to(np.asarray(modes, dtype=np.int64), ids.shape)
+            if ((chosen < 0) | (chosen >= self.num_modes)).any():
+                raise ValueError(
+                    f"modes must be in 0..{self.num_modes - 1} ({', '.join(self.mode_names)}), "
+                    f"got {sorted(set(chosen.tolist()))}"
+                )
+            self.mode[ids] = chosen
+        self.phase[ids] = 0
+        self.timer[ids] = 0
+        self.speed[ids] = self.rng.uniform(0.6, 1.0, ids.size)
+        self.on_reset(ids)
+
+    def on_reset(self, ids: np.ndarray) -> None:
+        """Per-episode plan of envs ids (after their modes are drawn)."""
+
+    def act(self) -> np.ndarray:
+        """(n, 5) float32 actions for the current state; advances the phases."""
+        target, yaw, grip, speed = self.plan()
+        self.timer += 1
+        return self.command(target, yaw, grip, speed)
+
+    def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(n, 3) fingertip waypoint, (n,) hand yaw, (n,) gripper (-1 closed, +1 open),
+        (n,) speed fraction for every env; moves envs that are done to their next phase."""
+        raise NotImplementedError
+
+    # -- helpers --------------------------------------------------------------------------
+    def command(
+        self, target: np.ndarray, yaw: np.ndarray, grip: np.ndarray, speed: np.ndarray
+    ) -> np.ndarray:
+        """Actions that move the task's setpoint toward target at most speed * max_step."""
+        t, cfg = self.task, self.task.cfg
+        step = (target - t.ee_target) / cfg.max_step
+        largest = np.abs(step).max(axis=1)
+        scale = np.minimum(1.0, speed / np.maximum(largest, 1e-9))
+        actions = np.empty((self.num_envs, 5), dtype=np.float32)
+        actions[:, :3] = step * scale[:, None]
+        actions[:, 3] = np.clip(wrap_angle(yaw - t.ee_target_yaw) / cfg.max_yaw_step, -1.0, 1.0)
+        actions[:, 4] = grip
+        return actions
+
+    def reached(self, target: np.ndarray, tol: float, yaw: np.ndarray | None = None) -> np.ndarray:
+        """(n,) the fingertip is within tol of target (and the hand within 0.1 rad of yaw)."""
+        t = self.task
+        ok: np.ndarray = np.linalg.norm(t.ee_pos - target, axis=1) < tol
+        ok &= np.linalg.norm(t.ee_target - target, axis=1) < 1e-3
+        if yaw is not None:
+            ok &= np.abs(wrap_angle(t.ee_yaw - yaw)) < 0.1
+        return ok
+
+    def advance(self, mask: np.ndarray, to: int | np.ndarray | None = None) -> None:
+        """Envs in mask go to phase `to` (None: the next one), their timers restart."""
+        self.phase[mask] = self.phase[mask] + 1 if to is None else to
+        self.timer[mask] = 0
+
+
+class PickPlaceExpert(ScriptedExpert):
+    """Grasp a cube, lift it, carry it through optional via points, set it down, let go.
+
+    Subclasses set in on_reset: `pick` (cube index), `turn` (which pair of faces to grasp,
+    see grasp_yaw), `via` (n, V, 2) via points (V = num_via), and implement place_target()
+    -> ((n, 2) xy, (n,) fingertip z), read live (e.g. on top of another cube).
+    """
+
+    num_via: ClassVar[int] = 0
+    APPROACH, DESCEND, CLOSE, LIFT, VIA = 0, 1, 2, 3, 4
+    """Phases; the via points take VIA..VIA+num_via-1, then TRANSPORT, LOWER, RELEASE, RETREAT."""
+
+    def __init__(self, task: TabletopTask, seed: int = 0) -> None:
+        n = task.num_envs
+        self.pick = np.zeros(n, dtype=np.int64)
+        self.turn = np.zeros(n, dtype=np.int64)
+        self.yaw = np.zeros(n)
+        """Grasp yaw: follows the cube until the fingers close, then held."""
+        self.hover = np.full(n, 0.12)
+        self.carry = np.full(n, 0.14)
+        self.via = np.zeros((n, self.num_via, 2))
+        v = self.VIA + self.num_via
+        self.TRANSPORT, self.LOWER, self.RELEASE, self.RETREAT = v, v + 1, v + 2, v + 3
+        super().__init__(task, seed)
+
+    def on_reset(self, ids: np.ndarray) -> None:
+        self.hover[ids] = self.rng.uniform(0.09, 0.14, ids.size)
+        self.carry[ids] = self.rng.uniform(0.12, 0.17, ids.size)
+
+    def place_target(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.pick_place_plan(np.ones(self.num_envs, dtype=bool))
+
+    def pick_place_plan(
+        self, active: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The plan for the envs in active (the others get a hold-still plan)."""
+        t, n = self.task, self.num_envs
+        rows = np.arange(n)
+        cube = t.cube_pos[rows, self.pick]
+        held = t.grasped_any(self.pick)
+        target = t.ee_target.copy()
+        grip = np.ones(n)
+        speed = self.speed.copy()
+        ph = self.phase
+        place_xy, place_z = self.place_target()
+        aiming = active & (ph <= self.DESCEND)
+        self.yaw[aiming] = grasp_yaw(t.cube_yaw[rows, self.pick], self.turn)[aiming]
+        yaw = self.yaw.copy()
+
+        m = active & (ph == self.APPROACH)
+        target[m, :2], target[m, 2] = cube[m, :2], self.hover[m]
+        done_approach = m & self.reached(target, 0.02, yaw)
+
+        m = active & (ph == self.DESCEND)
+        target[m, :2], target[m, 2] = cube[m, :2], CUBE_HALF
+        speed[m] = np.minimum(speed[m], 0.6)
+        done_descend = m & self.reached(target, 0.01)
+
+        m = active & (ph == self.CLOSE)
+        grip[m] = -1.0
+        done_close = m & (self.timer >= 6)
+
+        m = active & (ph == self.LIFT)
+        target[m, 2] = self.carry[m]
+        grip[m] = -1.0
+        done_lift = m & (t.ee_pos[:, 2] > self.carry - 0.02)
+        dropped = m & (self.timer > 3) & ~held
+
+        via_done = []
+        for j in range(self.num_via):
+            m = active & (ph == self.VIA + j)
+            target[m, :2], target[m, 2] = self.via[m, j], self.carry[m]
+            grip[m] = -1.0
+            near = np.linalg.norm(t.ee_pos[:, :2] - self.via[:, j], axis=1) < 0.04
+            via_done.append(m & near)
+            dropped |= m & ~held
+
+        m = active & (ph == self.TRANSPORT)
+        target[m, :2], target[m, 2] = place_xy[m], self.carry[m]
+        grip[m] = -1.0
+        done_transport = m & self.reached(target, 0.012)
+        dropped |= m & ~held
+
+        m = active & (ph == self.LOWER)
+        target[m, :2], target[m, 2] = place_xy[m], place_z[m]
+        grip[m] = -1.0
+        speed[m] = np.minimum(speed[m], 0.6)
+        done_lower = m & self.reached(target, 0.008)
+        dropped |= m & ~held
+
+        m = active & (ph == self.RELEASE)
+        done_release = m & (self.timer >= 5)
+
+        m = active & (ph == self.RETREAT)
+        target[m, :2], target[m, 2] = place_xy[m], place_z[m] + 0.12
+
+        for mask in (
+            done_approach,
+            done_descend,
+            done_close,
+            done_lift,
+            *via_done,
+            done_transport,
+            done_lower,
+            done_release,
+        ):
+            self.advance(mask)
+        self.advance(dropped, to=self.APPROACH)
+        return target, yaw, grip, speed

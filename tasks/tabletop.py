@@ -1,0 +1,708 @@
+"""The tabletop manipulation family's shared machinery: end-effector actions, observation
+groups (proprioception, privileged state, camera images, instruction tokens), per-episode
+colours, lights and camera jitter, and instructions. Each task (arm_pick_place, ...) adds
+its objects, its episode sampling, its success test and its instruction templates.
+
+Actions (5, each in [-1, 1]) move an end-effector setpoint: dx, dy, dz (world frame, up to
+`max_step` m per control step), a yaw change (up to `max_yaw_step` rad) of the downward-
+pointing hand, and the gripper (-1 closed, +1 open). The setpoint is kept within
+`max_lead` of the measured fingertip (no wind-up against the table or a wall), and the
+task turns it into joint targets for the arm's position servos with one damped
+least-squares step on the hand's Jacobian (`mujoco.batch` `jac`), the hand held pointing
+down and the redundant joint pulled toward the ready pose. A zero action holds the
+setpoint, so the arm settles where it was sent; the setpoint is part of the proprioceptive
+observation. See docs/decisions/0032-tabletop-tasks.md for the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+
+from unilab.config.schema import TaskConfig
+from unilab.robots import get_robot
+from unilab.robots.spec import RobotSpec
+from unilab.robots.validate import validate_spec
+from unilab.sim.render import BatchRenderer, RenderSettings, camera_ids
+from unilab.tasks.base import DEPTH_PREFIX, IMAGE_PREFIX, INSTRUCTION, ObsSpec, Task
+from unilab.tasks.instructions import InstructionTable, InstructionTemplates
+from unilab.tasks.tabletop_scene import (
+    COLOUR_NAMES,
+    COLOUR_RGB,
+    CUBE_HALF,
+    FINGER_PADS,
+    TABLETOP_XML,
+    SceneLayout,
+    bowl_name,
+    build_scene,
+    cube_name,
+    touch_sensor_name,
+)
+
+TABLETOP_ARM = replace(
+    get_robot("arm"),
+    mjcf=TABLETOP_XML,
+    sensors={"ee_position": "ee_pos", "ee_orientation": "ee_quat"},
+    bodies={},
+    sites={},
+)
+"""The arm's spec without the single-cube scene's roles (the family adds its own objects)."""
+GRIPPER_OPEN = 0.04
+"""Gripper actuator target (m per finger) that holds the hand fully open."""
+WORKSPACE_LOW = np.array([0.2, -0.45, 0.02])
+WORKSPACE_HIGH = np.array([0.8, 0.45, 0.5])
+"""End-effector targets are clamped into this box (m, base frame; table top z = 0)."""
+YAW_LIMIT = np.pi / 2 + 0.35
+"""Hand yaw targets are clamped to +- this (rad) around the ready pose's yaw."""
+PROPRIO_DIM = 30
+_DOWN = np.diag([1.0, -1.0, -1.0])
+"""Hand orientation at yaw 0: x forward, fingers opening along y, z pointing down."""
+_DLS_DAMPING = 0.05
+_NULLSPACE_GAIN = 0.2
+_MAX_JOINT_STEP = 0.4
+
+
+@dataclass
+class TabletopConfig(TaskConfig):
+    episode_length_s: float = 10.0
+    cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])
+    """Cameras the policy observes, as images/<camera> groups; [] renders nothing. The
+    scene has `front` (across the table) and `wrist` (on the hand)."""
+    image_size: int = 64
+    """Width and height (pixels) of every camera image."""
+    depth: bool = False
+    """Also observe depth/<camera> (float32 metres) for every camera."""
+    shadows: bool = False
+    """Render shadows and reflections (several times slower on a CPU renderer)."""
+    instruction_length: int = 16
+    """Token ids per instruction (padded with 0)."""
+    state_policy: bool = False
+    """Give the policy group the privileged object state too (state-based RL baselines)."""
+    terminate_on_success: bool = True
+    """End the episode (terminated) at the first step the task is solved."""
+    num_distractors: int = 1
+    """Cubes besides the ones the instruction names."""
+    max_step: float = 0.03
+    """End-effector displacement (m) per control step at |action| = 1."""
+    max_yaw_step: float = 0.1
+    """Hand yaw change (rad) per control step at |action| = 1."""
+    max_lead: float = 0.08
+    """The setpoint stays within this distance (m) of the measured fingertip."""
+    max_yaw_lead: float = 0.6
+    """The yaw setpoint stays within this angle (rad) of the measured hand yaw."""
+    init_joint_noise: float = 0.05
+    """Initial arm joint positions are the ready pose +- this (rad), uniform."""
+    colour_jitter: float = 0.06
+    """Each RGB channel of every object's colour is shifted by up to +- this per episode."""
+    light_jitter: float = 0.3
+    """Light intensities are scaled by 1 +- this per episode."""
+    light_direction_jitter: float = 0.35
+    """The main light's direction is tilted by up to this (rad-ish, per axis) per episode."""
+    camera_position_jitter: float = 0.01
+    """Each camera is moved by up to +- this (m, per axis) per episode."""
+    camera_angle_jitter: float = 0.03
+    """Each camera is turned by up to +- this (rad, per axis) per episode."""
+
+
+def rotation_z(yaw: np.ndarray) -> np.ndarray:
+    """(n, 3, 3) rotations about world z."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    rot = np.zeros((len(yaw), 3, 3))
+    rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1], rot[:, 2, 2] = c, -s, s, c, 1.0
+    return rot
+
+
+def wrap_angle(a: np.ndarray) -> np.ndarray:
+    return (a + np.pi) % (2 * np.pi) - np.pi
+
+
+def quat_from_rotvec(v: np.ndarray) -> np.ndarray:
+    """(..., 4) unit quaternions (w, x, y, z) of rotation vectors (..., 3)."""
+    angle = np.linalg.norm(v, axis=-1, keepdims=True)
+    half = 0.5 * angle
+    axis = np.divide(v, angle, out=np.zeros_like(v), where=angle > 1e-12)
+    return np.concatenate([np.cos(half), np.sin(half) * axis], axis=-1)
+
+
+def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    w1, x1, y1, z1 = np.moveaxis(a, -1, 0)
+    w2, x2, y2, z2 = np.moveaxis(b, -1, 0)
+    return np.stack(
+        [
+            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        ],
+        axis=-1,
+    )
+
+
+def sample_separated(
+    rng: np.random.Generator,
+    low: np.ndarray,
+    high: np.ndarray,
+    min_dist: float,
+    placed: np.ndarray,
+    tries: int = 64,
+) -> np.ndarray:
+    """(k, 2) points in the box [low, high] (each (k, 2) or (2,)), at least min_dist from
+    every point in placed (k, m, 2) where possible (else the farthest of `tries` draws)."""
+    k = placed.shape[0]
+    low = np.broadcast_to(np.asarray(low, dtype=np.float64), (k, 2))
+    high = np.broadcast_to(np.asarray(high, dtype=np.float64), (k, 2))
+    cand = rng.uniform(low[:, None], high[:, None], (k, tries, 2))
+    if placed.shape[1] == 0:
+        return cand[:, 0]
+    dist = np.linalg.norm(cand[:, :, None] - placed[:, None], axis=-1).min(axis=2)
+    ok = dist >= min_dist
+    best = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmax(dist, axis=1))
+    return cand[np.arange(k), best]
+
+
+class TabletopTask(Task):
+    """A tabletop manipulation task: subclasses set `layout`, `templates`, `num_named` and
+    implement sample_episode, instruction_values, success and task_state."""
+
+    robot: ClassVar[RobotSpec] = TABLETOP_ARM
+    control_dt: ClassVar[float] = 0.05
+    action_clip: ClassVar[float] = 1.0
+    layout: ClassVar[SceneLayout]
+    templates: ClassVar[InstructionTemplates]
+    num_named: ClassVar[int] = 1
+    """Cubes the instruction names (cube0..); the rest are distractors."""
+    default_reward_weights: ClassVar[dict[str, float]] = {
+        "reach": 0.5,
+        "place": 1.0,
+        "success": 10.0,
+        "action_rate": -0.01,
+    }
+    state_attrs: ClassVar[tuple[str, ...]] = (
+        "cube_colour",
+        "extra_colour",
+        "instruction_index",
+        "colour_noise",
+        "light_scale",
+        "light_tilt",
+        "camera_offset",
+        "camera_turn",
+        "ee_target",
+        "ee_target_yaw",
+    )
+
+    cfg: TabletopConfig
+
+    def __init__(self, cfg: TabletopConfig, **kwargs: Any) -> None:
+        self._check_config(cfg)
+        self.action_dim = 5
+        self.num_cubes = self.num_named + cfg.num_distractors
+        super().__init__(cfg, **kwargs)
+        m, spec, n = self.model, self.robot, self.num_envs
+        self._qpos_adr = np.array([int(m.joint(j).qposadr[0]) for j in spec.joint_names])
+        self._dof_adr = np.array([int(m.joint(j).dofadr[0]) for j in spec.joint_names])
+        self._arm_act = np.array([m.actuator(a).id for a in spec.actuator_names])
+        assert spec.gripper_actuator is not None and spec.end_effector_site is not None
+        self._gripper_act = m.actuator(spec.gripper_actuator).id
+        self._ee_site = m.site(spec.end_effector_site).id
+        self._hand = m.body("hand").id
+        self._fingers = np.array(
+            [int(m.joint(j).qposadr[0]) for j in ("finger_left", "finger_right")]
+        )
+        self._default_pose = np.asarray(spec.default_pose, dtype=np.float64)
+        self._ctrl_low = m.actuator_ctrlrange[self._arm_act, 0].copy()
+        self._ctrl_high = m.actuator_ctrlrange[self._arm_act, 1].copy()
+        self._home_qpos = m.key_qpos[m.key("home").id].copy()
+        self._ctrl = np.zeros((n, m.nu), dtype=np.float64)
+        self.ee_target = self.ee_pos.copy()
+        """(n, 3) end-effector position setpoint, moved by the actions."""
+        self.ee_target_yaw = self.ee_yaw.copy()
+        """(n,) hand yaw setpoint (rad)."""
+
+        self._cube_body = np.array([m.body(cube_name(i)).id for i in range(self.num_cubes)])
+        self._cube_geom = np.array([m.geom(cube_name(i)).id for i in range(self.num_cubes)])
+        self._cube_qpos = np.array(
+            [int(m.joint(cube_name(i)).qposadr[0]) for i in range(self.num_cubes)]
+        )
+        self._cube_dof = np.array(
+            [int(m.joint(cube_name(i)).dofadr[0]) for i in range(self.num_cubes)]
+        )
+        # (n, 2 pads, cubes) "found" flags of the pad-cube contact sensors (live views).
+        touch = [
+            [self.sim.sensor(touch_sensor_name(p, i)) for i in range(self.num_cubes)]
+            for p in FINGER_PADS
+        ]
+        self._touch = [[view[:, 0] for view in row] for row in touch]
+        self._mocap_pos = self.sim.bind("mocap_pos") if m.nmocap else None
+        self._mocap_id = {
+            name: int(m.body_mocapid[m.body(name).id]) for name in self._mocap_names()
+        }
+
+        self.instructions = InstructionTable(self.templates, cfg.instruction_length)
+        self.cube_colour = np.zeros((n, self.num_cubes), dtype=np.int64)
+        """(n, cubes) palette index of each cube's colour (COLOUR_NAMES)."""
+        self.instruction_index = np.zeros(n, dtype=np.int64)
+        """(n,) index of each env's instruction in self.instructions.texts."""
+        self.colour_noise = np.zeros((n, m.ngeom, 3))
+        self.light_scale = np.ones((n, 2))
+        """(n, 2) scale of the main light and of the headlight."""
+        self.light_tilt = np.zeros((n, 2))
+        self.camera_offset = np.zeros((n, m.ncam, 3))
+        self.camera_turn = np.zeros((n, m.ncam, 3))
+        self._base_rgba = m.geom_rgba.copy()
+        self._base_cam_pos = m.cam_pos.copy()
+        self._base_cam_quat = m.cam_quat.copy()
+        self._base_light_dir = m.light_dir.copy()
+        self._base_light_diffuse = m.light_diffuse.copy()
+        self._base_headlight = (
+            np.array(m.vis.headlight.ambient, dtype=np.float64),
+            np.array(m.vis.headlight.diffuse, dtype=np.float64),
+        )
+        self._init_colours()
+
+        self.renderer: BatchRenderer | None = None
+        if cfg.cameras:
+            size = cfg.image_size
+            self.renderer = BatchRenderer(
+                self.sim,
+                list(cfg.cameras),
+                RenderSettings(width=size, height=size, depth=cfg.depth, shadows=cfg.shadows),
+            )
+        self._push_visuals(np.arange(n))
+
+    # -- configuration ------------------------------------------------------------------
+    def _check_config(self, cfg: TabletopConfig) -> None:
+        problems = []
+        if not 8 <= cfg.image_size <= 1024:
+            problems.append(f"image_size={cfg.image_size} must be in 8..1024")
+        if cfg.num_distractors < 0:
+            problems.append(f"num_distractors={cfg.num_distractors} must be >= 0")
+        if self.num_named + cfg.num_distractors > len(COLOUR_NAMES) - 2:
+            problems.append(
+                f"num_distractors={cfg.num_distractors} leaves too few colours: at most "
+                f"{len(COLOUR_NAMES) - 2 - self.num_named}"
+            )
+        for name in ("max_step", "max_yaw_step"):
+            if getattr(cfg, name) <= 0:
+                problems.append(f"{name}={getattr(cfg, name)} must be > 0")
+        for name in (
+            "init_joint_noise",
+            "colour_jitter",
+            "light_jitter",
+            "light_direction_jitter",
+            "camera_position_jitter",
+            "camera_angle_jitter",
+        ):
+            if getattr(cfg, name) < 0:
+                problems.append(f"{name}={getattr(cfg, name)} must be >= 0")
+        if problems:
+            raise ValueError(f"task {cfg.name!r}: " + "; ".join(problems))
+
+    def build_model(self) -> mujoco.MjModel:
+        layout = SceneLayout(
+            num_cubes=self.num_named + self.cfg.num_distractors,
+            num_bowls=self.layout.num_bowls,
+            wall=self.layout.wall,
+            goal_marker=self.layout.goal_marker,
+        )
+        model = build_scene(layout)
+        validate_spec(self.robot, model)
+        if self.cfg.cameras:
+            try:
+                camera_ids(model, list(self.cfg.cameras))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(
+                    f"task {self.cfg.name!r}: cameras={list(self.cfg.cameras)}: {exc}"
+                ) from None
+        return model
+
+    def _mocap_names(self) -> list[str]:
+        names = [bowl_name(b) for b in range(self.layout.num_bowls)]
+        if self.layout.wall:
+            names.append("wall")
+        if self.layout.goal_marker:
+            names.append("goal")
+        return names
+
+    # -- state views --------------------------------------------------------------------
+    @property
+    def joint_pos(self) -> np.ndarray:
+        return self.sim.qpos[:, self._qpos_adr]
+
+    @property
+    def joint_vel(self) -> np.ndarray:
+        return self.sim.qvel[:, self._dof_adr]
+
+    @property
+    def ee_pos(self) -> np.ndarray:
+        """(n, 3) fingertip centre, world (= base) frame."""
+        return self.sim.site_xpos[:, self._ee_site]
+
+    @property
+    def ee_rot(self) -> np.ndarray:
+        """(n, 3, 3) hand orientation (columns: hand x, y = finger axis, z = finger direction)."""
+        return self.sim.site_xmat[:, self._ee_site].reshape(-1, 3, 3)
+
+    @property
+    def ee_yaw(self) -> np.ndarray:
+        """(n,) yaw of the hand's x axis about world z (0 at the ready pose)."""
+        rot = self.ee_rot
+        return np.arctan2(rot[:, 1, 0], rot[:, 0, 0])
+
+    @property
+    def gripper_opening(self) -> np.ndarray:
+        """(n,) mean finger slide (m): 0 closed, 0.04 open."""
+        return self.sim.qpos[:, self._fingers].mean(axis=1)
+
+    @property
+    def cube_pos(self) -> np.ndarray:
+        """(n, cubes, 3) cube centres."""
+        return self.sim.xpos[:, self._cube_body]
+
+    @property
+    def cube_quat(self) -> np.ndarray:
+        q = self.sim.xquat[:, self._cube_body]
+        return np.where(q[..., :1] < 0.0, -q, q)
+
+    @property
+    def cube_yaw(self) -> np.ndarray:
+        """(n, cubes) yaw of each cube folded into [-pi/4, pi/4) (cubes look the same every
+        quarter turn; meaningful while a cube rests flat)."""
+        q = self.cube_quat
+        yaw = np.arctan2(
+            2 * (q[..., 0] * q[..., 3] + q[..., 1] * q[..., 2]),
+            1 - 2 * (q[..., 2] ** 2 + q[..., 3] ** 2),
+        )
+        return (yaw + np.pi / 4) % (np.pi / 2) - np.pi / 4
+
+    @property
+    def cube_vel(self) -> np.ndarray:
+        """(n, cubes, 3) linear velocities (world frame)."""
+        return self.sim.qvel[:, self._cube_dof[:, None] + np.arange(3)]
+
+    def mocap_position(self, name: str) -> np.ndarray:
+        """(n, 3) position of a mocap body (bowl0, wall, goal, ...), as placed at reset."""
+        assert self._mocap_pos is not None
+        return self._mocap_pos[:, self._mocap_id[name]]
+
+    def touching(self, cube: int) -> np.ndarray:
+        """(n,) bool: either finger pad touches the cube."""
+        return (self._touch[0][cube] > 0) | (self._touch[1][cube] > 0)
+
+    def grasped(self, cube: int) -> np.ndarray:
+        """(n,) bool: both finger pads touch the cube."""
+        return (self._touch[0][cube] > 0) & (self._touch[1][cube] > 0)
+
+    def grasp_matrix(self) -> np.ndarray:
+        """(n, cubes) bool: both finger pads touch the cube."""
+        left = np.stack(self._touch[0], axis=1) > 0
+        right = np.stack(self._touch[1], axis=1) > 0
+        return left & right
+
+    def grasped_any(self, cube: np.ndarray) -> np.ndarray:
+        """(n,) bool: each env's cube (an index per env) is between both finger pads."""
+        return self.grasp_matrix()[np.arange(self.num_envs), cube]
+
+    def settled(self, cube: int, speed: float = 0.05) -> np.ndarray:
+        """(n,) bool: the cube is untouched by the hand and (nearly) at rest."""
+        return ~self.touching(cube) & (np.linalg.norm(self.cube_vel[:, cube], axis=1) < speed)
+
+    # -- actions ------------------------------------------------------------------------
+    def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
+        cfg = self.cfg
+        ee = self.ee_pos.copy()
+        rot = self.ee_rot
+        target = np.clip(
+            self.ee_target + cfg.max_step * actions[:, :3], WORKSPACE_LOW, WORKSPACE_HIGH
+        )
+        lead = target - ee
+        dist = np.linalg.norm(lead, axis=1, keepdims=True)
+        target = ee + lead * np.minimum(1.0, cfg.max_lead / np.maximum(dist, 1e-9))
+        yaw = np.arctan2(rot[:, 1, 0], rot[:, 0, 0])
+        target_yaw = np.clip(
+            self.ee_target_yaw + cfg.max_yaw_step * actions[:, 3], -YAW_LIMIT, YAW_LIMIT
+        )
+        target_yaw = yaw + np.clip(
+            wrap_angle(target_yaw - yaw), -cfg.max_yaw_lead, cfg.max_yaw_lead
+        )
+        self.ee_target, self.ee_target_yaw = target, target_yaw
+        target_rot = rotation_z(target_yaw) @ _DOWN
+        err = np.concatenate(
+            [target - ee, 0.5 * np.cross(rot, target_rot, axis=1).sum(axis=2)], axis=1
+        )
+        jacp, jacr = self.sim.batch.jac(self._hand, ee)
+        jac = np.concatenate([jacp, jacr], axis=1)[:, :, self._dof_adr]  # (n, 6, 7)
+        jac_t = jac.transpose(0, 2, 1)
+        gram = jac @ jac_t + (_DLS_DAMPING**2) * np.eye(6)
+        pinv = jac_t @ np.linalg.inv(gram)  # (n, 7, 6), damped pseudo-inverse
+        q = self.joint_pos
+        dq = (pinv @ err[..., None])[..., 0]
+        null = np.eye(7) - pinv @ jac
+        dq += (null @ (_NULLSPACE_GAIN * (self._default_pose - q))[..., None])[..., 0]
+        dq = np.clip(dq, -_MAX_JOINT_STEP, _MAX_JOINT_STEP)
+        self._ctrl[:, self._arm_act] = np.clip(q + dq, self._ctrl_low, self._ctrl_high)
+        self._ctrl[:, self._gripper_act] = GRIPPER_OPEN * 0.5 * (1.0 + actions[:, 4])
+        return self._ctrl
+
+    # -- observations -------------------------------------------------------------------
+    def proprio(self) -> np.ndarray:
+        """(n, 30): joint positions (from the ready pose) and velocities, gripper opening
+        (0 closed, 1 open), fingertip position and hand yaw (cos, sin), the setpoint's
+        position and yaw (cos, sin), previous action."""
+        yaw, target_yaw = self.ee_yaw, self.ee_target_yaw
+        parts = [
+            self.joint_pos - self._default_pose,
+            self.joint_vel,
+            self.gripper_opening[:, None] / GRIPPER_OPEN,
+            self.ee_pos,
+            np.cos(yaw)[:, None],
+            np.sin(yaw)[:, None],
+            self.ee_target,
+            np.cos(target_yaw)[:, None],
+            np.sin(target_yaw)[:, None],
+            self.actions,
+        ]
+        return np.concatenate(parts, axis=1, dtype=np.float32)
+
+    def privileged(self) -> np.ndarray:
+        """(n, d) object state no camera-only policy sees: every cube's position,
+        orientation and velocity, the mocap objects' positions, which cubes the instruction
+        names (one-hot per named role) and the task's own features."""
+        n = self.num_envs
+        parts = [
+            self.cube_pos.reshape(n, -1),
+            self.cube_quat.reshape(n, -1),
+            self.cube_vel.reshape(n, -1),
+        ]
+        if self._mocap_pos is not None:
+            parts.append(self._mocap_pos.reshape(n, -1))
+        parts.extend(self.task_state())
+        return np.concatenate(parts, axis=1, dtype=np.float32)
+
+    def observe(self) -> dict[str, np.ndarray]:
+        obs = self._vector_obs()
+        obs[INSTRUCTION] = self.instructions.ids[self.instruction_index]
+        if self.renderer is not None:
+            obs.update(self._images(None))
+        return obs
+
+    def _vector_obs(self) -> dict[str, np.ndarray]:
+        proprio, privileged = self.proprio(), self.privileged()
+        critic = np.concatenate([proprio, privileged], axis=1)
+        return {"policy": critic if self.cfg.state_policy else proprio, "critic": critic}
+
+    def _images(self, ids: np.ndarray | None) -> dict[str, np.ndarray]:
+        assert self.renderer is not None
+        frames = self.renderer.render(ids)
+        out = {IMAGE_PREFIX + cam: img for cam, img in frames.items()}
+        out.update(
+            {DEPTH_PREFIX + cam: d[..., None] for cam, d in self.renderer.last_depth.items()}
+        )
+        return out
+
+    def observe_after_reset(
+        self, ids: np.ndarray, obs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        new = self._vector_obs()
+        new[INSTRUCTION] = self.instructions.ids[self.instruction_index]
+        if self.renderer is not None:
+            for name, rows in self._images(ids).items():
+                images = obs[name]
+                images[ids] = rows
+                new[name] = images
+        return new
+
+    def observation_spec(self) -> dict[str, ObsSpec]:
+        proprio = PROPRIO_DIM
+        critic = proprio + self.privileged().shape[1]
+        spec = {
+            "policy": ObsSpec((critic if self.cfg.state_policy else proprio,), "float32"),
+            "critic": ObsSpec((critic,), "float32"),
+            INSTRUCTION: ObsSpec((self.cfg.instruction_length,), "int64"),
+        }
+        size = self.cfg.image_size
+        for cam in self.cfg.cameras:
+            spec[IMAGE_PREFIX + cam] = ObsSpec((size, size, 3), "uint8")
+            if self.cfg.depth:
+                spec[DEPTH_PREFIX + cam] = ObsSpec((size, size, 1), "float32")
+        return spec
+
+    def instruction_text(self, env_ids: np.ndarray | None = None) -> list[str]:
+        """The instruction of each env (all envs when env_ids is None)."""
+        idx = self.instruction_index if env_ids is None else self.instruction_index[env_ids]
+        return [self.instructions.texts[i] for i in idx.tolist()]
+
+    def episode_info(self, env_ids: np.ndarray) -> list[dict[str, Any]]:
+        """Per-env episode metadata: instruction text and index, cube colours by name."""
+        texts = self.instruction_text(env_ids)
+        return [
+            {
+                "instruction": text,
+                "instruction_index": int(self.instruction_index[e]),
+                "cube_colours": [COLOUR_NAMES[c] for c in self.cube_colour[e].tolist()],
+            }
+            for e, text in zip(np.asarray(env_ids).tolist(), texts, strict=True)
+        ]
+
+    # -- rewards, success ---------------------------------------------------------------
+    def reward_reach(self) -> np.ndarray:
+        obj, _ = self.object_and_goal()
+        return 1.0 - np.tanh(np.linalg.norm(obj - self.ee_pos, axis=1) / 0.1)
+
+    def reward_place(self) -> np.ndarray:
+        obj, goal = self.object_and_goal()
+        return 1.0 - np.tanh(np.linalg.norm(goal - obj, axis=1) / 0.1)
+
+    def reward_success(self) -> np.ndarray:
+        return self.success().astype(np.float64)
+
+    def reward_action_rate(self) -> np.ndarray:
+        return np.sum(np.square(self.actions - self.prev_actions), axis=1)
+
+    def terminations(self) -> dict[str, np.ndarray]:
+        off_table: np.ndarray = np.any(self.cube_pos[:, :, 2] < -0.05, axis=1)
+        reasons = {"cube_off_table": off_table}
+        if self.cfg.terminate_on_success:
+            reasons["success"] = self.success()
+        return reasons
+
+    def task_metrics(self) -> dict[str, np.ndarray]:
+        return {"success": self.success().astype(np.float32)}
+
+    # -- to implement per task ------------------------------------------------------------
+    def sample_episode(self, ids: np.ndarray, qpos: np.ndarray) -> None:
+        """Place this episode's objects for envs ids: cube poses into qpos (k, nq) rows,
+        mocap bodies through set_mocap (called after the sim reset), task state arrays."""
+        raise NotImplementedError
+
+    def place_mocap(self, ids: np.ndarray) -> None:
+        """Write this episode's mocap positions (bowls, wall, goal) for envs ids."""
+
+    def instruction_values(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Slot value indices (into self.templates.slots[slot]) of each env's instruction."""
+        raise NotImplementedError
+
+    def success(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
+        """(n, 3) position of the object to move and (n, 3) where it should go (rewards)."""
+        raise NotImplementedError
+
+    def task_state(self) -> list[np.ndarray]:
+        """Extra privileged features, (n, d) arrays."""
+        return []
+
+    # -- resets -------------------------------------------------------------------------
+    def reset_envs(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        k = len(ids)
+        qpos = np.tile(self._home_qpos, (k, 1))
+        noise = self.rng.uniform(-self.cfg.init_joint_noise, self.cfg.init_joint_noise, (k, 7))
+        qpos[:, self._qpos_adr] = np.clip(
+            self._default_pose + noise, self._ctrl_low, self._ctrl_high
+        )
+        self.sample_episode(ids, qpos)
+        self.sim.reset(ids, qpos=qpos, qvel=np.zeros(self.model.nv))
+        self.ee_target[ids] = self.ee_pos[ids]
+        self.ee_target_yaw[ids] = self.ee_yaw[ids]
+        self.place_mocap(ids)
+        self._draw_looks(ids)
+        values = self.instruction_values(ids)
+        self.instruction_index[ids] = self.instructions.draw(self.rng, k, **values)
+        self._push_visuals(ids)
+
+    def set_cube_poses(self, qpos: np.ndarray, cube: int, xy: np.ndarray, yaw: np.ndarray) -> None:
+        """Write a cube resting on the table at xy (k, 2) with yaw (k,) into qpos rows."""
+        a = self._cube_qpos[cube]
+        qpos[:, a : a + 2] = xy
+        qpos[:, a + 2] = CUBE_HALF
+        qpos[:, a + 3 : a + 7] = 0.0
+        qpos[:, a + 3] = np.cos(yaw / 2)
+        qpos[:, a + 6] = np.sin(yaw / 2)
+
+    def set_mocap(self, ids: np.ndarray, name: str, xy: np.ndarray) -> None:
+        assert self._mocap_pos is not None
+        self._mocap_pos[ids, self._mocap_id[name], :2] = xy
+        self._mocap_pos[ids, self._mocap_id[name], 2] = 0.0
+
+    # -- looks: colours, lights, cameras ---------------------------------------------------
+    def _init_colours(self) -> None:
+        """Which geoms take which colour role: cubes their own, bowls/goal a free colour."""
+        m = self.model
+        self._bowl_geoms = [
+            np.array(
+                [g for g in range(m.ngeom) if m.body(int(m.geom_bodyid[g])).name == bowl_name(b)]
+            )
+            for b in range(self.layout.num_bowls)
+        ]
+        self._goal_geom = m.geom("goal").id if self.layout.goal_marker else -1
+        self.extra_colour = np.zeros((self.num_envs, self.layout.num_bowls + 1), dtype=np.int64)
+
+    def draw_cube_colours(self, k: int) -> np.ndarray:
+        """(k, cubes + bowls + 1) distinct palette indices per env: cubes first, then a
+        colour for each bowl and one for the goal marker (bowls may share one)."""
+        order = np.argsort(self.rng.random((k, len(COLOUR_NAMES))), axis=1)
+        return order
+
+    def _draw_looks(self, ids: np.ndarray) -> None:
+        cfg, k, m = self.cfg, len(ids), self.model
+        order = self.draw_cube_colours(k)
+        self.cube_colour[ids] = order[:, : self.num_cubes]
+        extras = order[:, self.num_cubes : self.num_cubes + self.extra_colour.shape[1]]
+        self.extra_colour[ids] = extras
+        self.colour_noise[ids] = self.rng.uniform(
+            -cfg.colour_jitter, cfg.colour_jitter, (k, m.ngeom, 3)
+        )
+        self.light_scale[ids] = 1.0 + self.rng.uniform(-cfg.light_jitter, cfg.light_jitter, (k, 2))
+        self.light_tilt[ids] = self.rng.uniform(
+            -cfg.light_direction_jitter, cfg.light_direction_jitter, (k, 2)
+        )
+        pos_j, ang_j = cfg.camera_position_jitter, cfg.camera_angle_jitter
+        self.camera_offset[ids] = self.rng.uniform(-pos_j, pos_j, (k, m.ncam, 3))
+        self.camera_turn[ids] = self.rng.uniform(-ang_j, ang_j, (k, m.ncam, 3))
+
+    def _push_visuals(self, ids: np.ndarray) -> None:
+        """Hand the drawn looks of envs ids to the renderer (nothing without cameras)."""
+        if self.renderer is None:
+            return
+        k = len(ids)
+        rgba = np.tile(self._base_rgba, (k, 1, 1)).astype(np.float64)
+        rgba[:, self._cube_geom, :3] = COLOUR_RGB[self.cube_colour[ids]]
+        for b, geoms in enumerate(self._bowl_geoms):
+            rgba[:, geoms, :3] = COLOUR_RGB[self.extra_colour[ids, b]][:, None] * 0.8
+        if self._goal_geom >= 0:
+            rgba[:, self._goal_geom, :3] = COLOUR_RGB[self.extra_colour[ids, -1]]
+        rgba[:, :, :3] = np.clip(rgba[:, :, :3] + self.colour_noise[ids], 0.0, 1.0)
+        tilt = self.light_tilt[ids]
+        light_dir = np.tile(self._base_light_dir, (k, 1, 1))
+        light_dir[:, 0, :2] += tilt
+        light_dir /= np.linalg.norm(light_dir, axis=2, keepdims=True)
+        diffuse = self._base_light_diffuse[None] * self.light_scale[ids, 0, None, None]
+        cam_pos = self._base_cam_pos[None] + self.camera_offset[ids]
+        cam_quat = quat_mul(self._base_cam_quat[None], quat_from_rotvec(self.camera_turn[ids]))
+        ambient, head_diffuse = self._base_headlight
+        scale = self.light_scale[ids, 1, None]
+        self.renderer.set_visuals(
+            ids,
+            geom_rgba=rgba,
+            light_dir=light_dir,
+            light_diffuse=diffuse,
+            cam_pos=cam_pos,
+            cam_quat=cam_quat,
+            headlight_ambient=ambient[None] * scale,
+            headlight_diffuse=head_diffuse[None] * scale,
+        )
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        super().set_state(state)
+        self._push_visuals(np.arange(self.num_envs))
+
+    def close(self) -> None:
+        """Release the renderer's GL context (also done when the task is collected)."""
+        super().close()
+        if self.renderer is not None:
+            self.renderer.close()
+            self.renderer = None
