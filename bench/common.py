@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
+from unilab.utils.atomic import atomic_write_text
+
 T = TypeVar("T")
 
 DEFAULT_PACKAGES = ("numpy", "mujoco", "gymnasium", "torch")
@@ -115,8 +117,7 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
     """Write `data` as indented JSON (numpy scalars become plain numbers); returns the path."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2, default=_plain) + "\n")
+    atomic_write_text(out, json.dumps(data, indent=2, default=_plain) + "\n")
     return out
 
 

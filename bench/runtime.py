@@ -56,9 +56,6 @@ def collect(tokens: list[str], seconds: float, learner_sleep_s: float = 0.0) -> 
     """Run the real runtime with a no-op (or sleeping) learner; env steps/s after warm-up."""
     import torch
 
-    import unilab.algos
-    import unilab.tasks  # noqa: F401
-
     cfg = compose(tokens)
     probe, actor = make_task_and_policy(cfg, num_envs=1, seed=0)
     probe.reset()
@@ -106,8 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = 3.0 if args.quick else 12.0
     per = args.envs_per_worker  # below ~100 envs the per-step Python cost shows; see docs
-
-    import unilab.tasks  # noqa: F401
 
     cfg = compose([f"task={args.task}"])
     task = make_task(cfg.task, num_envs=1, seed=0)

@@ -27,7 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/scaling.json")
     parser.add_argument("--task", default="quadruped_joystick_flat")
     args = parser.parse_args(argv)
-    import unilab.tasks  # noqa: F401
 
     cores = len(os.sched_getaffinity(0))
     seconds = 2.0 if args.quick else 6.0

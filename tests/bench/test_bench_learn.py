@@ -22,6 +22,7 @@ def test_learn_arm_reach_runs_in_process_on_a_tiny_budget(tmp_path: Path) -> Non
             str(out),
             f"run.out_dir={tmp_path}",
             "sim.num_envs=32",
+            "runtime.chunk_len=32",  # 1,024 env steps per iteration
             "run.total_env_steps=4096",
             "run.checkpoint_every=2",
         ]

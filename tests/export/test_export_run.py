@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,12 @@ from unilab.cli import main
 from unilab.config import compose
 from unilab.config.compose import config_from_yaml
 from unilab.deploy.onnx_policy import OnnxPolicy
+from unilab.export import run_export
+from unilab.export.onnx_export import ExportError
 from unilab.export.run_export import export_run, probe_observations
 from unilab.export.torchscript_export import load_torchscript
 from unilab.train import train
-from unilab.train.checkpoint import list_checkpoints, load_checkpoint
+from unilab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +96,25 @@ def test_export_cli(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
     assert main(["export", str(tmp_path / "empty")]) == 2
     assert "no usable checkpoint" in capsys.readouterr().err
+
+
+def test_a_failed_export_keeps_the_previous_one_and_no_leftovers(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    first = export_run(run)
+    before = {k: p.read_bytes() for k, p in first.items()}
+    # A newer checkpoint with other weights, whose export then fails its onnxruntime check.
+    state = load_checkpoint(list_checkpoints(run / "checkpoints")[-1])
+    actor = state["algo"]["actor"]
+    state["algo"]["actor"] = {k: v * 1.05 if k.startswith("net.") else v for k, v in actor.items()}
+    state["iteration"] += 1
+    save_checkpoint(run / "checkpoints", state["iteration"], state)
+    monkeypatch.setattr(run_export, "TOLERANCE", -1.0)
+    with pytest.raises(ExportError, match="the previous export is kept"):
+        export_run(run)
+    assert {k: p.read_bytes() for k, p in first.items()} == before
+    assert not list((run / "export").glob(".exporting-*"))
+    monkeypatch.undo()
+    assert export_run(run)["onnx"].read_bytes() != before["onnx"]  # a good export replaces it

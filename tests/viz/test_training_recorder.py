@@ -19,6 +19,7 @@ def test_records_every_k_iterations_with_one_tree_per_env(tmp_path: Path) -> Non
     runner = Runner(cfg, [recorder])  # built, not started: no worker runs here
     recorder.on_start(runner)
     written = [recorder.maybe_record(i, runner.policy) for i in range(1, 11)]
+    runner.close()
     assert [p is not None for p in written] == [i % 5 == 0 for i in range(1, 11)]
     assert recorder.recordings == [
         tmp_path / "train_000000005.rrd",

@@ -19,7 +19,7 @@ class BCFlowConfig(BCConfig):
     name: str = "bc_flow"
 
 
-@register_algo("bc_flow", BCFlowConfig, off_policy=True)
+@register_algo("bc_flow", BCFlowConfig)
 class BCFlow(BehaviorCloning):
     """Flow-matching VLA imitation from stored action chunks (offline)."""
 

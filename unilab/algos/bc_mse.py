@@ -17,7 +17,7 @@ class BCMSEConfig(BCConfig):
     name: str = "bc_mse"
 
 
-@register_algo("bc_mse", BCMSEConfig, off_policy=True)
+@register_algo("bc_mse", BCMSEConfig)
 class BCMSE(BehaviorCloning):
     """VLA encoders with an MSE (Gaussian) chunk head: the regression baseline (offline)."""
 

@@ -37,21 +37,11 @@ ALGORITHMS = cast(Registry[AlgoEntry], _registry.ALGORITHMS)
 AlgoT = TypeVar("AlgoT", bound=type[Algorithm])
 
 
-def register_algo(
-    name: str, config_cls: type[AlgoConfig], off_policy: bool | None = None
-) -> Callable[[AlgoT], AlgoT]:
-    """Class decorator: `@register_algo("ppo", PPOConfig)`.
-
-    Whether an algorithm is off-policy is the class attribute `Algorithm.off_policy`; the
-    `off_policy` argument is a leftover duplicate, only checked against it (to be removed
-    once no caller passes it)."""
+def register_algo(name: str, config_cls: type[AlgoConfig]) -> Callable[[AlgoT], AlgoT]:
+    """Class decorator: `@register_algo("ppo", PPOConfig)`. Whether an algorithm is
+    off-policy is its class attribute `Algorithm.off_policy`."""
 
     def decorator(algo_cls: AlgoT) -> AlgoT:
-        if off_policy is not None and off_policy != algo_cls.off_policy:
-            raise ValueError(
-                f"register_algo({name!r}, off_policy={off_policy}) disagrees with "
-                f"{algo_cls.__name__}.off_policy={algo_cls.off_policy}; drop the argument"
-            )
         doc = (algo_cls.__doc__ or "").strip().splitlines()
         ALGORITHMS.add(name, AlgoEntry(algo_cls, config_cls, doc[0] if doc else ""))
         return algo_cls

@@ -47,7 +47,7 @@ class SACConfig(OffPolicyConfig):
     """Upper bound of the actor's pre-squash log std."""
 
 
-@register_algo("sac", SACConfig, off_policy=True)
+@register_algo("sac", SACConfig)
 class SAC(OffPolicyAlgorithm):
     """Soft actor-critic (off-policy), device replay store, automatic entropy tuning."""
 

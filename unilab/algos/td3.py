@@ -46,7 +46,7 @@ class TD3Config(OffPolicyConfig):
     """Chance per step that an env draws a new exploration noise scale."""
 
 
-@register_algo("td3", TD3Config, off_policy=True)
+@register_algo("td3", TD3Config)
 class TD3(OffPolicyAlgorithm):
     """Twin delayed DDPG (off-policy), device replay store, per-env exploration noise."""
 

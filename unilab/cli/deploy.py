@@ -77,8 +77,9 @@ def _run(args: argparse.Namespace) -> int:
         robot.close()
     text = json.dumps(report.to_dict(), indent=2) + "\n"
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        from unilab.utils.atomic import atomic_write_text
+
+        atomic_write_text(args.out, text)
     print(
         f"deploy {report.stop_reason}: {report.steps} steps at {1e3 * report.period_s:.2f} ms; "
         f"period error mean {report.period_error_mean_ms:.3f} ms, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from unilab.cli.options import add_overrides, positive, split_items
 from unilab.cli.play import load_target
@@ -66,8 +65,9 @@ def _run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        from unilab.utils.atomic import atomic_write_text
+
+        atomic_write_text(args.out, text)
         print(f"eval report: {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -147,6 +147,3 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     device: str = "auto"
     """Learner device: auto (CUDA/ROCm, then MPS, then XPU, else CPU), cpu, cuda, cuda:N, mps, xpu."""
-
-
-SECTIONS = ("run", "sim", "task", "runtime", "algo", "logging", "viz", "eval")

@@ -22,6 +22,7 @@ from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.policy_source import LoadedPolicy
 from unilab.runtime.rollout import StepInfo, rollout
 from unilab.tasks.base import Task
+from unilab.utils.atomic import atomic_write_text
 from unilab.viz.recorder import RolloutRecorder
 from unilab.viz.video import Mp4Writer, RenderUnavailableError, SceneCamera, jpeg
 
@@ -147,7 +148,7 @@ def play(
         else:
             result.rrd = str(recorder.save(media_dir / f"{name}.rrd", name))
     result.wall_s = time.perf_counter() - t_start
-    (media_dir / f"{name}.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    atomic_write_text(media_dir / f"{name}.json", json.dumps(result.to_dict(), indent=2) + "\n")
     return result
 
 

@@ -18,7 +18,6 @@ from unilab.tasks.base import Task
 
 
 def task_config_from_dict(data: dict[str, Any]) -> TaskConfig:
-    import unilab.tasks  # noqa: F401  (registers every task)
     from unilab.tasks.registry import TASKS
 
     name = str(data.get("name", ""))

@@ -38,7 +38,6 @@ class RunPolicy:
 
 
 def load_run_policy(run_dir: Path) -> RunPolicy:
-    import unilab.tasks  # noqa: F401  (registers every task)
     from unilab.algos.build import build_policy
 
     run_dir = Path(run_dir)

@@ -70,8 +70,9 @@ class LearnerRuntime:
         device: torch.device,
         state_dir: Path | None = None,
         save_state_every: int = 0,
-        restore_chunk: int | None = None,
+        restore_iteration: int | None = None,
         *,
+        iteration_offset: int = 0,
         worker_target: str,
         source: ChunkSource | None = None,
     ) -> None:
@@ -116,7 +117,9 @@ class LearnerRuntime:
             },
             "state_dir": str(state_dir) if state_dir else None,
             "save_state_every": save_state_every,
-            "restore_chunk": restore_chunk,
+            # sync mode: worker states are keyed by learner iteration (offset + version)
+            "iteration_offset": iteration_offset,
+            "restore_iteration": restore_iteration,
             "cores": self.cores,
         }
         self.supervisor: Supervisor | None = None

@@ -22,7 +22,12 @@ from unilab.runtime.flat_weights import flat_to_actor
 from unilab.runtime.rollout import collect_chunk, start_rollout
 from unilab.runtime.torch_policy import NumpyPolicy, PolicyModule
 from unilab.runtime.worker_base import StopRequested, WorkerContext
-from unilab.runtime.worker_state import load_worker_state, save_worker_state, state_file
+from unilab.runtime.worker_state import (
+    find_state_file,
+    load_worker_state,
+    save_worker_state,
+    state_file,
+)
 from unilab.runtime.worker_stats import WorkerStats, WorkerStatsHandle
 from unilab.tasks.base import Task
 
@@ -63,12 +68,17 @@ def run_sim_worker(
     flat = np.empty(ctx.weights.num_floats, np.float32)
     state_dir = Path(ctx.config["state_dir"]) if ctx.config.get("state_dir") else None
     save_every = int(ctx.config.get("save_state_every", 0))
+    # Sync mode: the chunk made with policy version v is learned in iteration offset + v.
+    offset = int(ctx.config.get("iteration_offset", 0))
 
     rollout = start_rollout(task)
     seq = 0
-    restore = ctx.config.get("restore_chunk")
+    restore = ctx.config.get("restore_iteration")
     if restore is not None and state_dir is not None and ctx.generation == 0:
-        seq = load_worker_state(state_file(state_dir, wid, int(restore)), task, rollout)
+        path = find_state_file(state_dir, wid, int(restore))
+        if path is None:
+            raise FileNotFoundError(f"no worker {wid} state for iteration {restore} in {state_dir}")
+        seq = load_worker_state(path, task, rollout)
 
     t_wait = time.perf_counter()
     version = _wait_for_weights(ctx, actor, flat, newer_than=0)
@@ -95,8 +105,10 @@ def run_sim_worker(
             )
             collect_chunk(task, policy, views, rollout, on_step=ctx.heartbeat, n_act=n_act)
             seq_next = seq + 1
-            if sync and state_dir is not None and save_every > 0 and seq_next % save_every == 0:
-                save_worker_state(state_file(state_dir, wid, seq_next), task, rollout, seq_next)
+            iteration = offset + version
+            if sync and state_dir is not None and save_every > 0 and iteration % save_every == 0:
+                path = state_file(state_dir, wid, iteration, ctx.generation)
+                save_worker_state(path, task, rollout, seq_next)
             ctx.ring.publish(slot, seq=seq, policy_version=version, step_count=rollout.env_steps)
             seq = seq_next
             t2 = time.perf_counter()

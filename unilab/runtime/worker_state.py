@@ -1,13 +1,20 @@
 """A sim worker's full state on disk, for bit-exact resume in sync mode.
 
 Arrays go into an `.npz` (read back with allow_pickle=False); RNG states, which are dicts
-of ints, go in as a JSON string. Written to a temp name, then renamed.
+of ints, go in as a JSON string. Written to a temp name, fsynced, then renamed.
+
+A file is named by the learner iteration it pairs with (the checkpoint `ckpt_<iteration>`
+taken after learning from the chunk the worker had just made) and by the worker's
+generation (0 for the first process of a run, +1 per respawn), so a respawned worker never
+writes under a name that pairs it with the wrong checkpoint, and resume can tell whether a
+state comes from a worker that was restarted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +25,44 @@ from unilab.runtime.rollout import RolloutState
 from unilab.sim.batched_sim import SimSnapshot
 from unilab.tasks.base import Task
 
+_NAME = re.compile(r"^worker(\d{3})_it(\d{9})_gen(\d{3,})\.npz$")
 
-def state_file(directory: Path, worker_id: int, chunk: int) -> Path:
-    return directory / f"worker{worker_id:03d}_chunk{chunk:09d}.npz"
+
+def state_file(directory: Path, worker_id: int, iteration: int, generation: int = 0) -> Path:
+    return directory / f"worker{worker_id:03d}_it{iteration:09d}_gen{generation:03d}.npz"
+
+
+def parse_state_file(path: Path) -> tuple[int, int, int] | None:
+    """(worker, iteration, generation) of a state file name, or None for other files."""
+    match = _NAME.match(path.name)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+
+
+def find_state_file(directory: Path, worker_id: int, iteration: int) -> Path | None:
+    """The state worker `worker_id` saved at `iteration` (its newest generation), if any."""
+    found = [
+        (parsed[2], path)
+        for path in (directory.glob(f"worker{worker_id:03d}_it{iteration:09d}_gen*.npz"))
+        if (parsed := parse_state_file(path)) is not None
+    ]
+    return max(found)[1] if found else None
+
+
+def prune_state_files(directory: Path, below: int | None = None, above: int | None = None) -> int:
+    """Delete state files whose iteration is below `below` or above `above` (each when
+    given); returns how many were deleted."""
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for path in directory.iterdir():
+        parsed = parse_state_file(path)
+        if parsed is None:
+            continue
+        iteration = parsed[1]
+        if (below is not None and iteration < below) or (above is not None and iteration > above):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def save_worker_state(path: Path, task: Task, rollout: RolloutState, seq: int) -> None:
@@ -41,7 +83,10 @@ def save_worker_state(path: Path, task: Task, rollout: RolloutState, seq: int) -
     arrays["meta"] = np.array(json.dumps(meta))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
+    with tmp.open("wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from unilab.config.compose import to_yaml
 from unilab.config.schema import Config
+from unilab.utils.atomic import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -65,5 +66,5 @@ def open_run_dir(cfg: Config) -> RunDir:
 def new_run_dir(cfg: Config) -> RunDir:
     """`open_run_dir` plus the resolved config written to `config.yaml`."""
     run = open_run_dir(cfg)
-    run.config.write_text(to_yaml(cfg))
+    atomic_write_text(run.config, to_yaml(cfg))
     return run

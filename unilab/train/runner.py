@@ -42,11 +42,20 @@ from unilab.runtime.signals import StopSignal, install_signal_handlers
 from unilab.runtime.sim_worker import pin_to_core
 from unilab.runtime.source import ChunkSource
 from unilab.runtime.torch_policy import PolicyModule
-from unilab.runtime.worker_state import state_file
+from unilab.runtime.worker_state import find_state_file, parse_state_file, prune_state_files
 from unilab.train.hooks import IterationInfo, RunResult, TrainHook
 from unilab.train.run_dir import RunDir, open_run_dir
+from unilab.train.run_lock import RunLock
 from unilab.train.sim_worker import WORKER_TARGET
-from unilab.utils.checkpoint import load_latest_good, rng_state, save_checkpoint, set_rng_state
+from unilab.utils.atomic import atomic_write_text, remove_leftovers
+from unilab.utils.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from unilab.utils.device import DeviceError, describe, select_device
 from unilab.utils.metrics import MetricsLogger
 from unilab.utils.profiler import Profiler
@@ -77,8 +86,6 @@ class Runner:
         *,
         source: ChunkSource | None = None,
     ) -> None:
-        import unilab.algos
-        import unilab.tasks  # noqa: F401  (registers everything)
         from unilab.tasks.registry import make_task
 
         self.cfg = cfg
@@ -93,13 +100,16 @@ class Runner:
             # from more threads and spin-waiting threads steal the workers' cores.
             spare = (os.cpu_count() or 1) - cfg.runtime.num_workers * cfg.runtime.threads_per_worker
             torch.set_num_threads(max(1, spare))
-        self.run: RunDir = open_run_dir(cfg)
         torch.manual_seed(cfg.run.seed)
         np.random.seed(cfg.run.seed % 2**32)
         random.seed(cfg.run.seed)
-
-        probe = make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
-        probe.reset()
+        try:
+            probe = make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
+            probe.reset()
+        except ConfigError:
+            raise
+        except ValueError as exc:  # a task rejecting its config: before any file is written
+            raise ConfigError(f"task {cfg.task.name!r} cannot be built: {exc}") from None
         self.shapes = TaskShapes(
             obs_dims=dict(probe.obs_dims),
             action_dim=int(probe.action_dim),
@@ -109,20 +119,32 @@ class Runner:
         )
         del probe
         self.algo_cls: type[Algorithm] = ALGORITHMS.get(cfg.algo.name).algo_cls
-        self.algo: Algorithm = self.algo_cls(
-            cfg.algo, self.shapes.obs_dims, self.shapes.action_dim, self.device
-        )
+        self.algo: Algorithm = self._new_algo()
         self.iteration = 0
         self.env_steps = 0
-        self.notes: list[str] = [
-            f"device: {describe(self.device)}",
-            f"run directory: {self.run.path}",
-        ]
-        self._restore_chunk: int | None = None
-        if cfg.run.resume:
-            self.load()
-        self.run.config.write_text(to_yaml(cfg))
+        self._lineage_restarts = 0
+        """Worker restarts in this run's history up to the loaded checkpoint."""
+        self._restore_iteration: int | None = None
+        self.run: RunDir = open_run_dir(cfg)
+        self._lock = RunLock(self.run.path).acquire()
+        try:
+            self.notes: list[str] = [
+                f"device: {describe(self.device)}",
+                f"run directory: {self.run.path}",
+            ]
+            removed = remove_leftovers(self.run.path)
+            if removed:
+                self.notes.append(f"removed {len(removed)} leftover temp file(s) of a crashed run")
+            if cfg.run.resume:
+                self.load()
+            # Only now: a resume that fails leaves the run's config.yaml as it was.
+            atomic_write_text(self.run.config, to_yaml(cfg))
+        except BaseException:
+            self._lock.release()
+            raise
         self.runtime: LearnerRuntime | None = None
+        self.last_checkpoint: Path | None = None
+        """The newest checkpoint this Runner wrote."""
         self.prof = Profiler()
         self._logger: MetricsLogger | None = None
 
@@ -147,30 +169,77 @@ class Runner:
         self.hooks.append(hook)
 
     def load(self, directory: Path | None = None) -> Path:
-        """Continue from the newest readable checkpoint in `directory` (default: this run's):
-        algorithm state, counters, RNG states, and (sync mode) the workers' states when all
-        of them were saved at that iteration (bit-exact resume)."""
-        path, state, skipped = load_latest_good(
-            directory or self.run.checkpoints, map_location=self.device
-        )
-        self.notes += [f"skipped bad checkpoint: {s}" for s in skipped]
-        self.algo.load_state_dict(state["algo"])
+        """Continue from the newest checkpoint in `directory` (default: this run's) that
+        reads and fits this config: algorithm state, counters, RNG states, and (sync mode)
+        the workers' states saved at that iteration. A checkpoint that is unreadable or whose
+        shapes do not fit is named and the one before it is tried; none: a ConfigError."""
+        directory = directory or self.run.checkpoints
+        problems: list[str] = []
+        for path in reversed(list_checkpoints(directory)):
+            try:
+                state = load_checkpoint(path, map_location=self.device)
+                self.algo.load_state_dict(state["algo"])
+            except CheckpointError as exc:
+                problems.append(f"skipped bad checkpoint: {exc}")
+                continue
+            except (RuntimeError, KeyError, ValueError) as exc:
+                problems.append(
+                    f"skipped checkpoint {path.name}: it does not fit this config "
+                    f"(algo={self.cfg.algo.name}, task={self.cfg.task.name}): {_first_cause(exc)}"
+                )
+                self.algo = self._new_algo()  # no half-loaded learner
+                continue
+            self.notes += problems
+            self._resume_from(path, state)
+            return path
+        listing = "; ".join(problems) if problems else "no ckpt_*.pt files"
+        raise ConfigError(f"resume: no usable checkpoint in {directory}: {listing}")
+
+    def _resume_from(self, path: Path, state: dict[str, Any]) -> None:
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         set_rng_state(state["rng"])
+        self._lineage_restarts = int(state.get("worker_restarts", 0))
         states = self.run.path / "worker_states"
-        workers = range(self.cfg.runtime.num_workers)
-        if self.cfg.runtime.mode == "sync" and all(
-            state_file(states, w, self.iteration).is_file() for w in workers
-        ):
-            self._restore_chunk = self.iteration
-        self.notes.append(
-            f"resumed from {path.name} at iteration {self.iteration}"
-            + (" with worker states (bit-exact)" if self._restore_chunk is not None else "")
+        # States saved after this checkpoint belong to a future this run abandons.
+        prune_state_files(states, above=self.iteration)
+        note = f"resumed from {path.name} at iteration {self.iteration}"
+        if self.cfg.runtime.mode != "sync":
+            self.notes.append(note + " (async mode: not bit-exact)")
+            return
+        found = [
+            find_state_file(states, w, self.iteration) for w in range(self.cfg.runtime.num_workers)
+        ]
+        missing = [w for w, p in enumerate(found) if p is None]
+        if missing:
+            self.notes.append(
+                note + f"; no worker state at this iteration for worker(s) {missing}: workers "
+                "start fresh, not bit-exact"
+            )
+            return
+        self._restore_iteration = self.iteration
+        respawned = [w for w, p in enumerate(found) if p is not None and _generation(p) > 0]
+        if self._lineage_restarts or respawned:
+            self.notes.append(
+                note + f" with worker states; not bit-exact: {self._lineage_restarts} worker "
+                "restart(s) happened before this checkpoint, so results differ from an "
+                "uninterrupted run"
+            )
+        else:
+            self.notes.append(note + " with worker states (bit-exact)")
+
+    def _new_algo(self) -> Algorithm:
+        return self.algo_cls(
+            self.cfg.algo, self.shapes.obs_dims, self.shapes.action_dim, self.device
         )
-        return path
+
+    def _restarts(self) -> int:
+        """Worker restarts in this run's history so far (checkpoints carry the count)."""
+        here = self.runtime.supervisor_stats().get("restarts", 0) if self.runtime else 0
+        return self._lineage_restarts + int(here)
 
     def save(self) -> Path:
-        """Write a checkpoint of the current state (`checkpoints/ckpt_<iteration>.pt`)."""
+        """Checkpoint the current state (`checkpoints/ckpt_<iteration>.pt`); call it only
+        between updates. Worker states of pruned checkpoints are deleted with them."""
         with self.prof.section("checkpoint"):
             path = save_checkpoint(
                 self.run.checkpoints,
@@ -182,8 +251,14 @@ class Runner:
                     "rng": rng_state(),
                     "config": to_yaml(self.cfg),
                     "metadata_task": self.shapes.metadata["task"],
+                    "worker_restarts": self._restarts(),
                 },
             )
+            kept = [int(p.stem.split("_")[1]) for p in list_checkpoints(self.run.checkpoints)]
+            states = self.run.path / "worker_states"
+            if kept:
+                prune_state_files(states, below=min(kept))
+        self.last_checkpoint = path
         for hook in self.hooks:
             with self._hook_section(hook):
                 hook.on_checkpoint(self, path)
@@ -208,7 +283,8 @@ class Runner:
             self.device,
             state_dir=self.run.path / "worker_states",
             save_state_every=cfg.run.checkpoint_every,
-            restore_chunk=self._restore_chunk,
+            restore_iteration=self._restore_iteration,
+            iteration_offset=self.iteration,
             worker_target=WORKER_TARGET,
             source=self._source,
         )
@@ -237,6 +313,7 @@ class Runner:
                 for note in self.notes:
                     bar.print(note)
                 runtime.start()
+                stopped_cleanly = False
                 try:
                     runtime.publish(actor_to_flat(self.algo.actor))
                     while self.env_steps < cfg.run.total_env_steps and not stop:
@@ -281,8 +358,12 @@ class Runner:
                             self.log(row)
                         if self.iteration % cfg.run.checkpoint_every == 0:
                             self.save()
+                    stopped_cleanly = True
                 finally:
-                    self.save()
+                    if stopped_cleanly:
+                        self.save()
+                    else:
+                        bar.print(self._kept_checkpoint_note())
                     worker_totals = runtime.stats.totals()
                     staleness = dict(sorted(runtime.staleness_hist.items()))
                     runtime.close()
@@ -310,6 +391,28 @@ class Runner:
         finally:
             for hook in self.hooks:
                 hook.close()
+            self.close()
+
+    def close(self) -> None:
+        """Release the run directory (learn() does this when it ends)."""
+        self._lock.release()
+
+    def _kept_checkpoint_note(self) -> str:
+        """Said when the loop ends on an exception (or a second Ctrl-C): the learner may be
+        mid-update, so no checkpoint is taken of it."""
+        kind = sys.exc_info()[0]
+        why = kind.__name__ if kind is not None else "an error"
+        if self.last_checkpoint is None:
+            kept = "no checkpoint was written in this session"
+            newest = list_checkpoints(self.run.checkpoints)
+            if newest:
+                kept += f"; the newest on disk is {newest[-1].name}"
+        else:
+            kept = f"the last good checkpoint is {self.last_checkpoint.name}"
+        return (
+            f"training stopped by {why} at iteration {self.iteration}; no checkpoint taken "
+            f"of a learner that may be mid-update: {kept}"
+        )
 
     # -- helpers -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -407,11 +510,11 @@ class Runner:
             "supervisor": runtime.supervisor_stats(),
             "profile_s": prof.snapshot(),
         }
-        (self.run.path / "summary.json").write_text(json.dumps(result.summary, indent=2))
+        atomic_write_text(self.run.path / "summary.json", json.dumps(result.summary, indent=2))
         print(text, file=sys.stderr)
         if not self.cfg.run.quiet:
             print(prof.report(), file=sys.stderr)
-        (self.run.path / "summary.txt").write_text(text + "\n\n" + prof.report() + "\n")
+        atomic_write_text(self.run.path / "summary.txt", text + "\n\n" + prof.report() + "\n")
 
 
 def info_means(
@@ -427,3 +530,18 @@ def info_means(
             means = host_batch[field_name].reshape(-1, len(names)).mean(axis=0)
             out.update({prefix + n: float(m) for n, m in zip(names, means, strict=True)})
     return out
+
+
+def _generation(path: Path) -> int:
+    parsed = parse_state_file(path)
+    return parsed[2] if parsed is not None else 0
+
+
+def _first_cause(exc: BaseException) -> str:
+    """The telling line of a load_state_dict error (torch lists every mismatch)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for start in ("size mismatch", "Missing key", "Unexpected key"):
+        for line in lines:
+            if line.startswith(start):
+                return line.rstrip(".")
+    return lines[-1] if lines else type(exc).__name__
