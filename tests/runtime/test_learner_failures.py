@@ -18,12 +18,8 @@ import torch
 
 from unilab.config import compose
 from unilab.config.compose import to_yaml
-from unilab.runtime.learner_side import (
-    MAX_FAILURES_WITHOUT_CHUNK,
-    LearnerRuntime,
-    RuntimeStalled,
-    WorkersFailing,
-)
+from unilab.runtime.learner_side import LearnerRuntime, RuntimeStalled
+from unilab.runtime.supervisor import WorkersFailing
 
 HERE = Path(__file__).parent
 FIELDS = {"obs_policy": ((3,), "float32"), "episode_return": ((), "float32")}
@@ -52,7 +48,7 @@ def test_a_worker_that_keeps_failing_stops_the_run_with_its_error() -> None:
     finally:
         runtime.close()
     text = str(err.value)
-    assert f"failed {MAX_FAILURES_WITHOUT_CHUNK} times without delivering a chunk" in text
+    assert "worker 0 failed 3 times in a row (died last) without delivering a chunk" in text
     assert "planned failure: this worker cannot build its task" in text
 
 

@@ -33,7 +33,7 @@ from unilab.runtime.fields import FieldSpecs
 from unilab.runtime.ring import RingBuffer
 from unilab.runtime.shm import SegmentOwner
 from unilab.runtime.source import ChunkSource
-from unilab.runtime.supervisor import Supervisor, WorkerEvent, WorkersFailing
+from unilab.runtime.supervisor import Supervisor, WorkerEvent
 from unilab.runtime.weights import WeightStore
 from unilab.runtime.worker_stats import WorkerStats
 
@@ -42,11 +42,6 @@ _POLL_S = 0.02
 
 class RuntimeStalled(RuntimeError):
     """No chunk arrived within runtime.wait_timeout_s."""
-
-
-# A worker that fails this many times in a row without delivering a chunk stops the run
-# (a bad task config fails the same way every time; a SIGKILLed worker does not).
-MAX_FAILURES_WITHOUT_CHUNK = 3
 
 
 @dataclass
@@ -152,7 +147,6 @@ class LearnerRuntime:
         self.counts: Counter[str] = Counter()
         self.staleness_hist: Counter[int] = Counter()
         self.learner_wait_s = 0.0
-        self._failures_without_chunk = [0] * rt.num_workers
 
     def start(self) -> LearnerRuntime:
         if self.supervisor is not None:
@@ -181,7 +175,6 @@ class LearnerRuntime:
         while len(taken) < need:
             new_events = self.supervisor.poll() if self.supervisor is not None else []
             events.extend(new_events)
-            self._check_failing(new_events)
             ready = self.source.get_ready(timeout=_POLL_S)
             if not ready and time.monotonic() > deadline:
                 raise RuntimeStalled(
@@ -193,7 +186,6 @@ class LearnerRuntime:
                 if not self.chunk_check.accept(slot, header, self.source.views(slot), self.version):
                     self.source.release(slot)  # never learned from; counted in chunk_check
                     continue
-                self._failures_without_chunk[header.worker_id] = 0
                 staleness = self.version - header.policy_version
                 if self.sync:
                     keep = staleness == 0 and header.worker_id not in have_worker
@@ -227,19 +219,6 @@ class LearnerRuntime:
             dropped_stale=dropped,
             events=events,
         )
-
-    def _check_failing(self, events: list[WorkerEvent]) -> None:
-        for event in events:
-            if event.kind in ("died", "error"):
-                if event.kind == "died":
-                    self._failures_without_chunk[event.worker_id] += 1
-                if self._failures_without_chunk[event.worker_id] >= MAX_FAILURES_WITHOUT_CHUNK:
-                    errors = self._errors()
-                    last = errors[-1] if errors else "(no traceback)"
-                    raise WorkersFailing(
-                        f"worker {event.worker_id} failed {MAX_FAILURES_WITHOUT_CHUNK} times "
-                        f"without delivering a chunk; last error:\n{last}"
-                    )
 
     def _copy_in(self, slot: int, block: int) -> None:
         lo = block * self.envs_per_worker
