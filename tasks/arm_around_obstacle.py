@@ -43,7 +43,7 @@ class ArmAroundObstacleConfig(TabletopConfig):
     """Success: the cube's centre within this (m) of the goal's centre, resting."""
 
 
-@register_task("arm_around_obstacle", ArmAroundObstacleConfig)
+@register_task("arm_around_obstacle", ArmAroundObstacleConfig, default_algo="bc_flow")
 class ArmAroundObstacle(TabletopTask):
     """Carry the named cube around a wall onto the goal disc (left or right of the wall)."""
 

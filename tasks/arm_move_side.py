@@ -42,7 +42,7 @@ class ArmMoveSideConfig(TabletopConfig):
     """Where each side begins (m): y > left, y < right, x > far."""
 
 
-@register_task("arm_move_side", ArmMoveSideConfig)
+@register_task("arm_move_side", ArmMoveSideConfig, default_algo="bc_flow")
 class ArmMoveSide(TabletopTask):
     """Move the named cube to the left, right or far side of the table (slide or carry)."""
 

@@ -39,7 +39,7 @@ class ArmPickPlaceConfig(TabletopConfig):
     """Range (m) of the left bowl's y (the right bowl mirrors it)."""
 
 
-@register_task("arm_pick_place", ArmPickPlaceConfig)
+@register_task("arm_pick_place", ArmPickPlaceConfig, default_algo="bc_flow")
 class ArmPickPlace(TabletopTask):
     """Put the named cube into a bowl (two bowls, either counts), among distractor cubes."""
 

@@ -36,7 +36,7 @@ class ArmStackConfig(TabletopConfig):
     """Least distance (m) between cube centres at the start."""
 
 
-@register_task("arm_stack", ArmStackConfig)
+@register_task("arm_stack", ArmStackConfig, default_algo="bc_flow")
 class ArmStack(TabletopTask):
     """Stack two named cubes, either one on top, among distractor cubes."""
 

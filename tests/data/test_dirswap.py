@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,6 +69,11 @@ def test_replace_dir_cases(tmp_path: Path) -> None:
         replace_dir(tmp_path / "nope", target)
 
 
+def _signal_then(started: Any, swap: Callable[[Path, Path], None], new: Path, target: Path) -> None:
+    started.set()
+    swap(new, target)
+
+
 def _kill_during(
     swap: Callable[[Path, Path], None], work: Path, runs: int, seed: int, until_bad: bool = False
 ) -> list[str]:
@@ -85,9 +91,13 @@ def _kill_during(
         new, target = work / f"new{run}", work / f"target{run}"
         _make(new, "new")
         _make(target, "old")
-        proc = FORK.Process(target=swap, args=(new, target))
+        started = FORK.Event()
+        proc = FORK.Process(target=_signal_then, args=(started, swap, new, target))
         proc.start()
-        time.sleep(float(rng.uniform(0.0, 1.5 * full)))
+        # Time the kill from the swap's start, not the fork's (process start-up can take
+        # longer than the whole swap, and every kill would then land before it began).
+        assert started.wait(10)
+        time.sleep(float(rng.uniform(0.0, 1.2 * full)))
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)
         states.append(_state(target))

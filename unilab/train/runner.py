@@ -119,6 +119,11 @@ class Runner:
         )
         del probe
         self.algo_cls: type[Algorithm] = ALGORITHMS.get(cfg.algo.name).algo_cls
+        if getattr(self.algo_cls, "offline", False):
+            raise ConfigError(
+                f"algo={cfg.algo.name} learns offline from an episode store; the Runner "
+                "trains from rollouts only (offline training: unilab.algos.offline.train_offline)"
+            )
         self.algo: Algorithm = self._new_algo()
         self.iteration = 0
         self.env_steps = 0
