@@ -56,6 +56,8 @@ def spans_of(labels: np.ndarray) -> list[list[int]]:
 class _Pending:
     tick: int
     episode: int
+    episode_step: int
+    """The host's step index in its episode of this state (0: the episode's first state)."""
     obs: dict[str, np.ndarray]
     images: dict[str, np.ndarray]
     host_time: float
@@ -75,6 +77,9 @@ class RecordingStats:
     episodes_discarded: int = 0
     frames_saved: int = 0
     gaps: int = 0
+    late_starts: int = 0
+    """Episodes whose recording began after the episode's first state (the station joined,
+    or a gap cut it, mid-episode); their `first_step` tag says where."""
     held_frames: int = 0
     """Frames whose command the host did not apply at the next tick (late or rejected)."""
     saved_ids: list[int] = field(default_factory=list)
@@ -110,6 +115,7 @@ class InterventionRecorder:
         self._pending: _Pending | None = None
         self._held: dict[str, Any] | None = None  # a complete frame waiting for its successor
         self._frame_index = 0
+        self._first_step = 0
         self._labels: list[bool] = []
         self._operators: list[str] = []
         self.session_episode = 0
@@ -179,6 +185,9 @@ class InterventionRecorder:
                     "timestamp": self._frame_index / self.fps,
                 }
                 self._write_held()
+                if self._frame_index == 0:
+                    self._first_step = pending.episode_step
+                    self.stats.late_starts += int(pending.episode_step > 0)
                 self._held = frame
                 self._labels.append(human)
                 self._frame_index += 1
@@ -191,11 +200,13 @@ class InterventionRecorder:
         for stale in [t for t in self._sent if t <= tick - 2]:
             del self._sent[stale]
         if running:
-            next_episode = episode + int(bool(body["terminated"] or body["truncated"]))
+            ended = bool(body["terminated"] or body["truncated"])
+            next_episode = episode + int(ended)
             obs = {k[4:]: np.array(v) for k, v in msg.arrays.items() if k.startswith("obs/")}
             self._pending = _Pending(
                 tick,
                 next_episode,
+                0 if ended else int(body.get("episode_step", 0)),
                 obs,
                 {c: self._latest_images[c] for c in self.cameras},
                 float(body["host_time"]),
@@ -227,6 +238,7 @@ class InterventionRecorder:
                 "interventions": spans_of(np.asarray(self._labels, bool)),
                 "session_episode": self.session_episode,
                 "end": end,
+                "first_step": self._first_step,
                 "robot_host": str(self.robot.get("name", "")),
             },
         )

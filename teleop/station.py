@@ -60,6 +60,8 @@ class SessionReport:
     frames_saved: int = 0
     held_frames: int = 0
     gaps: int = 0
+    late_starts: int = 0
+    """Episodes recorded from after their first state (see RecordingStats.late_starts)."""
     command_gap_p99_ms: float = 0.0
     """Time between consecutive commands sent (the control period when all is well)."""
     command_gap_max_ms: float = 0.0
@@ -292,6 +294,7 @@ class OperatorStation:
             st = self.recorder.stats
             r.episodes_saved, r.episodes_discarded = st.episodes_saved, st.episodes_discarded
             r.frames_saved, r.held_frames, r.gaps = st.frames_saved, st.held_frames, st.gaps
+            r.late_starts = st.late_starts
             r.saved_ids, r.session_episodes = list(st.saved_ids), list(st.session_episodes)
             self.recorder.close()
         if self.device is not None:

@@ -64,10 +64,12 @@ def test_scripted_session_labels_match_takeover_spans(
             assert set(meta.tags["operators"]) <= {"alice"} and (ep["origin"] == 0).all()
             if meta.tags["end"] == "time_limit":  # ran through its takeovers: no reset
                 assert ep["truncated"][-1]
-                # Whole unless a status gap (a stalled box dropping statuses) cut its start.
-                assert len(labels) == EPISODE_FRAMES or (
-                    report["gaps"] > 0 and len(labels) < EPISODE_FRAMES
-                ), (len(labels), report["gaps"])
+                # Whole from where its recording began (the host's step index: 0 unless the
+                # station joined mid-episode), unless a status gap cut it.
+                first = int(meta.tags["first_step"])
+                assert first + len(labels) == EPISODE_FRAMES or (
+                    report["gaps"] > 0 and first + len(labels) < EPISODE_FRAMES
+                ), (first, len(labels), report["gaps"])
             if int(meta.tags["session_episode"]) == 1:
                 assert meta.tags["end"] == "saved" and meta.success is True
                 assert len(labels) == 50 and ep["terminated"][-1]
