@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +58,11 @@ def run_sb3(
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.vec_env import VecMonitor
     except ImportError:
+        print(
+            "stable-baselines3 is not installed: the SB3 baseline is skipped "
+            "(install the bench extra: .venv/bin/pip install -c constraints.txt -e '.[bench]')",
+            file=sys.stderr,
+        )
         return None
     from stable_baselines3.common.env_util import make_vec_env
 
