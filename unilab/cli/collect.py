@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    return 0
+    return 1 if result.gave_up else 0
 
 
 VERBS = [

@@ -86,6 +86,8 @@ class CollectResult:
     ring: str = ""
     ring_bytes: int = 0
     interrupted: bool = False
+    gave_up: bool = False
+    """Stopped at max_attempts finished episodes before reaching the target."""
     episode_ids: list[int] = field(default_factory=list)
     steady: dict[str, float] = field(default_factory=dict)
     """Steady-state throughput: env_steps, images, cpu_s (all processes; main_cpu_s of it
@@ -207,10 +209,14 @@ def collect(
     quiet: bool = False,
     notify: Callable[[str], None] | None = None,
     rss_every_s: float = 1.0,
+    max_attempts: int | None = None,
 ) -> CollectResult:
     """Collect until the store holds `episodes` episodes of `task` (a name or a task
     config); see the module doc. `workers` defaults to the usable cores. `notify` gets the
-    start-up lines (ring size, what is left to collect); default: the progress console."""
+    start-up lines (ring size, what is left to collect); default: the progress console.
+    `max_attempts`: stop (with a note, `result.gave_up`) after this many finished episodes
+    of this run, kept or not (default: 10 per episode to collect, at least 100), so a task
+    the expert rarely solves does not run forever."""
     from unilab.config.errors import ConfigError
 
     if expert not in EXPERT_KINDS:
@@ -266,7 +272,9 @@ def collect(
                     f"{episodes - existing} more, seeds from {result.seed_start}"
                 )
                 say(result.notes[-1])
-            run = _Collection(st, plan, result, size, keep_failed, commit_frames, bar)
+            remaining = episodes - existing
+            attempts = max_attempts if max_attempts is not None else max(100, 10 * remaining)
+            run = _Collection(st, plan, result, size, keep_failed, commit_frames, bar, attempts)
             run.run(
                 num_workers,
                 envs_per_worker,
@@ -292,8 +300,10 @@ class _Collection:
         keep_failed: bool,
         commit_frames: int,
         bar: CollectProgress,
+        max_attempts: int,
     ) -> None:
         self.store = store
+        self.max_attempts = max_attempts
         self.plan = plan
         self.result = result
         self.size = size
@@ -363,7 +373,7 @@ class _Collection:
         try:
             sup.start()
             delivered = [0] * num_workers
-            while self.accepted < self.remaining and not stop:
+            while self.accepted < self.remaining and not stop and not self._gave_up():
                 sup.poll()
                 for slot in ring.get_ready(timeout=0.05):
                     header = ring.header(slot)
@@ -387,6 +397,20 @@ class _Collection:
         result.interrupted = bool(stop)
         result.steady = meter.steady()
         result.rss = meter.rss
+
+    def _gave_up(self) -> bool:
+        result = self.result
+        if result.attempted < self.max_attempts or result.gave_up:
+            return result.gave_up
+        result.gave_up = True
+        rate = result.success_rate or 0.0
+        result.notes.append(
+            f"stopped after {result.attempted} finished episodes (max_attempts): the expert "
+            f"succeeded in {100 * rate:.0f} % of them, too few to reach {result.target} "
+            "episodes; check the task settings, or pass keep_failed=true"
+        )
+        self.bar.print(result.notes[-1])
+        return True
 
     def _feed(self, header: SlotHeader, views: dict[str, np.ndarray]) -> None:
         w = header.worker_id
@@ -417,7 +441,7 @@ class _Collection:
                         self.accepted += 1
                         writer.set_meta(env, self._meta(views, t, env, success, w))
                 tracking[ended] = True
-            writer.add_step(frames, keep)
+            result.episode_ids += writer.add_step(frames, keep)
         result.env_steps += steps * writer.n_envs
 
     def _meta(
@@ -525,3 +549,49 @@ class _Meter:
             "env_steps_per_wall_s": steps / wall,
             "images_per_wall_s": steps * self.cameras / wall,
         }
+
+
+def replay_episode(
+    task: TaskConfig | str, seed: int, *, sim: SimConfig | None = None
+) -> dict[str, np.ndarray]:
+    """Run the episode with this seed again (one env, the scripted expert) and return its
+    frames under the store's field names. Actions, proprioception, instruction and mode
+    equal the collected episode's exactly; camera pixels too when it ran in the first env
+    slot of its worker (in another tile of the shared framebuffer a few edge pixels round
+    differently)."""
+    from unilab.config.compose import compose
+    from unilab.tasks.experts import make_expert
+    from unilab.tasks.registry import make_task
+    from unilab.tasks.tabletop import TabletopTask
+
+    task_cfg = compose([f"task={task}"]).task if isinstance(task, str) else task
+    env = make_task(task_cfg, num_envs=1, seed=seed, sim_cfg=sim)
+    try:
+        assert isinstance(env, TabletopTask)
+        env.episode_seeder = lambda ids: np.full(len(ids), seed, dtype=np.int64)
+        obs = env.reset()
+        expert = make_expert(env, seed=seed)
+        expert.reset(None, seeds=env.episode_seed)
+        spec = env.observation_spec()
+        schema, source = store_schema(dict(spec), env.action_dim)
+        groups = {ring: g for g in spec if (ring := ring_field(g)) in source.values()}
+        rows: dict[str, list[np.ndarray]] = {name: [] for name in source}
+        for key in ("reward", "terminated", "truncated"):
+            rows[key] = []
+        while True:
+            step = {ring_name: obs[g][0].copy() for ring_name, g in groups.items()}
+            step["mode"] = expert.mode[0].astype(np.int32)
+            action = expert.act()
+            result = env.step(action)
+            step["action"] = action[0].copy()
+            for name, ring_name in source.items():
+                rows[name].append(step[ring_name])
+            rows["reward"].append(result.reward[0])
+            rows["terminated"].append(result.terminated[0])
+            rows["truncated"].append(result.truncated[0])
+            if result.terminated[0] or result.truncated[0]:
+                break
+            obs = result.obs
+        return {name: np.stack(values) for name, values in rows.items()}
+    finally:
+        env.close()
