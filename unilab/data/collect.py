@@ -573,7 +573,7 @@ def replay_episode(
         expert = make_expert(env, seed=seed)
         expert.reset(None, seeds=env.episode_seed)
         spec = env.observation_spec()
-        schema, source = store_schema(dict(spec), env.action_dim)
+        _, source = store_schema(dict(spec), env.action_dim)
         groups = {ring: g for g in spec if (ring := ring_field(g)) in source.values()}
         rows: dict[str, list[np.ndarray]] = {name: [] for name in source}
         for key in ("reward", "terminated", "truncated"):
