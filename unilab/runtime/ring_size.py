@@ -44,8 +44,9 @@ class RingSize:
             if self.image_bytes_per_step_env
             else ""
         )
+        workers = "worker" if self.num_workers == 1 else "workers"
         return (
-            f"ring buffer {self.mib:.1f} MiB: {self.num_workers} workers x "
+            f"ring buffer {self.mib:.1f} MiB: {self.num_workers} {workers} x "
             f"{self.slots_per_worker} slots x {self.chunk_len} steps x {env_text} envs x "
             f"{self.bytes_per_step_env / 1024:.1f} KiB per env step{images}"
         )
