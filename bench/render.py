@@ -244,6 +244,27 @@ def rss_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def collect_notes(collection: dict[str, Any]) -> list[str]:
+    """One line on the collect run and one on its memory, for the report."""
+    rss = collection["rss"]
+    lines = [
+        f"collect: {collection['frames']:,} frames, {collection['episodes']:,} episodes in "
+        f"{collection['seconds']:.0f} s ({collection['workers']} workers x "
+        f"{collection['envs_per_worker']} envs), success {collection['success']}"
+    ]
+    if "main_mib" in rss:
+        parts = [
+            f"{key.removesuffix('_mib')} {rss[key]['early_peak']:,.0f} -> "
+            f"{rss[key]['late_peak']:,.0f} MiB (growth {rss[key]['growth']:+.1f} MiB)"
+            for key in ("main_mib", "workers_mib")
+        ]
+        lines.append(
+            f"resident memory over {rss['env_steps']:,} env steps, peak of the first vs the "
+            f"last quarter after the first tenth: {'; '.join(parts)}"
+        )
+    return lines
+
+
 def run_benchmark(sizes: Sizes) -> dict[str, Any]:
     results: dict[str, Any] = {}
     closers: list[Callable[[], None]] = []
@@ -332,6 +353,7 @@ def run_benchmark(sizes: Sizes) -> dict[str, Any]:
         ],
         "split": split,
         "collect": collection,
+        "notes": collect_notes(collection),
         "ratios": ratios,
         "targets": TARGETS,
     }

@@ -124,6 +124,10 @@ def render(results: Path) -> str:
             lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
             lines.append("")
+        notes = doc.get("notes")
+        if isinstance(notes, list) and notes:
+            lines += [f"- {note}" for note in notes if isinstance(note, str)]
+            lines.append("")
         png = results / f"{name}.png"
         if png.exists():
             lines += [f"![{name}](bench/results/{png.name})", ""]
