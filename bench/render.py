@@ -14,12 +14,18 @@ expert for a few steps so the arm and cubes are spread out as in collection.
   plane drawn with a 5 cm grid), which the tabletop scene no longer has;
 - step_cameras: `task.step(expert.act())` with the front and wrist cameras observed
   (physics, the end-effector controller, rewards, observations, auto-resets and images)
-  against step_physics, the same with `task.cameras=[]`.
+  against step_physics, the same with `task.cameras=[]`;
+- collect: `unilab.data.collect.collect` end to end (worker processes stepping the task
+  with its expert, images through the shared-memory ring, episodes reassembled and
+  compressed into a zarr store), camera images per CPU second of all processes over the
+  steady part of the run, and the resident memory of every process over it (100k frames
+  in the full run: the RSS check).
 
-Ratios: step_cameras_vs_tiled_64 is camera-on stepping against the render ceiling (the
-issue's target 0.8 assumed rendering dominates); step_cameras_vs_render_plus_physics_64
-compares it with one physics step plus its frames at the tiled rate, i.e. what is lost
-beyond the two parts themselves.
+Ratios: collect_cameras_vs_tiled_64 is collection with cameras against the render ceiling
+(target 0.8, which assumed rendering dominates); step_cameras_vs_tiled_64 the same for
+plain camera-on stepping in one process; step_cameras_vs_render_plus_physics_64 compares
+stepping with one physics step plus its frames at the tiled rate (what is lost beyond the
+two parts), collect_vs_step_cameras_64 what the pipeline (expert, ring, store) costs on top.
 
 Rates are frames (or env steps) per CPU second of this process, Mesa's llvmpipe threads
 included: "per core". LP_NUM_THREADS defaults to 1 here so that number is not inflated or
@@ -30,8 +36,10 @@ round by round and the best round is kept (the machine is shared).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -51,6 +59,7 @@ from unilab.bench.common import (
     write_json,
 )
 from unilab.config import compose
+from unilab.data.collect import collect
 from unilab.sim.render import BatchRenderer, RenderSettings
 from unilab.tasks.experts import make_expert
 from unilab.tasks.registry import make_task
@@ -59,7 +68,10 @@ from unilab.tasks.tabletop import TabletopTask
 DEFAULT_OUT = "bench/results/render.json"
 TASK = "arm_pick_place"
 CAMERAS = ("front", "wrist")
-TARGETS = {"step_cameras_vs_tiled_64": 0.8}
+TARGETS = {"collect_cameras_vs_tiled_64": 0.8}
+FRAMES_PER_EPISODE = 72
+"""arm_pick_place's mean episode length with its expert (bench/results/experts.json)."""
+COLLECT_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -70,15 +82,17 @@ class Sizes:
     steps: int
     """Task steps per timed run."""
     repeats: int
+    collect_frames: int = 100_000
+    """Frames `collect` records (the RSS check runs over them)."""
     image_sizes: tuple[int, ...] = (64, 128)
 
 
 def quick_sizes() -> Sizes:
-    return Sizes(num_envs=16, renders=2, steps=6, repeats=2)
+    return Sizes(num_envs=16, renders=2, steps=6, repeats=2, collect_frames=4000)
 
 
 def full_sizes() -> Sizes:
-    return Sizes(num_envs=64, renders=4, steps=20, repeats=3)
+    return Sizes(num_envs=64, renders=4, steps=20, repeats=3, collect_frames=100_000)
 
 
 Rates = tuple[float, float]
@@ -172,6 +186,85 @@ def step_runner(
     return run
 
 
+def collect_run(frames: int, num_envs: int) -> dict[str, Any]:
+    """`collect` of about `frames` frames into a temporary store: its steady throughput
+    and resident-memory samples, with the growth after the first tenth of the run."""
+    episodes = math.ceil(frames / FRAMES_PER_EPISODE)
+    envs = max(1, num_envs // COLLECT_WORKERS)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = collect(
+            os.path.join(tmp, "collect.zarr"),
+            TASK,
+            episodes,
+            workers=COLLECT_WORKERS,
+            envs_per_worker=envs,
+            quiet=True,
+            rss_every_s=1.0,
+        )
+    return {
+        "episodes": result.kept,
+        "frames": result.frames,
+        "workers": COLLECT_WORKERS,
+        "envs_per_worker": envs,
+        "success": result.success_rate,
+        "seconds": result.seconds,
+        "ring": result.ring,
+        "steady": result.steady,
+        "rss": rss_summary(result.rss),
+        "rss_samples": [
+            {k: round(v, 1) for k, v in sample.items()}
+            for sample in result.rss[:: max(1, len(result.rss) // 60)]
+        ],
+    }
+
+
+def rss_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
+    """Per process group: the first sample once frames flow, the peak of the first and of
+    the last quarter after the first tenth of the run, their difference (growth) and a
+    least-squares slope in MiB per 100k env steps."""
+    flowing = [s for s in samples if s["env_steps"] > 0]
+    if len(flowing) < 8:
+        return {"samples": len(flowing)}
+    total = flowing[-1]["env_steps"]
+    warm = [s for s in flowing if s["env_steps"] >= 0.1 * total]
+    quarter = max(1, len(warm) // 4)
+    out: dict[str, Any] = {"samples": len(flowing), "env_steps": total}
+    for key in ("main_mib", "workers_mib"):
+        steps = np.array([s["env_steps"] for s in warm], dtype=np.float64)
+        values = np.array([s[key] for s in warm], dtype=np.float64)
+        slope = float(np.polyfit(steps, values, 1)[0]) * 1e5 if np.ptp(steps) > 0 else 0.0
+        early, late = values[:quarter].max(), values[-quarter:].max()
+        out[key] = {
+            "start": flowing[0][key],
+            "early_peak": float(early),
+            "late_peak": float(late),
+            "growth": float(late - early),
+            "slope_per_100k_steps": slope,
+        }
+    return out
+
+
+def collect_notes(collection: dict[str, Any]) -> list[str]:
+    """One line on the collect run and one on its memory, for the report."""
+    rss = collection["rss"]
+    lines = [
+        f"collect: {collection['frames']:,} frames, {collection['episodes']:,} episodes in "
+        f"{collection['seconds']:.0f} s ({collection['workers']} workers x "
+        f"{collection['envs_per_worker']} envs), success {collection['success']}"
+    ]
+    if "main_mib" in rss:
+        parts = [
+            f"{key.removesuffix('_mib')} {rss[key]['early_peak']:,.0f} -> "
+            f"{rss[key]['late_peak']:,.0f} MiB (growth {rss[key]['growth']:+.1f} MiB)"
+            for key in ("main_mib", "workers_mib")
+        ]
+        lines.append(
+            f"resident memory over {rss['env_steps']:,} env steps, peak of the first vs the "
+            f"last quarter after the first tenth: {'; '.join(parts)}"
+        )
+    return lines
+
+
 def run_benchmark(sizes: Sizes) -> dict[str, Any]:
     results: dict[str, Any] = {}
     closers: list[Callable[[], None]] = []
@@ -207,14 +300,23 @@ def run_benchmark(sizes: Sizes) -> dict[str, Any]:
             "wall": summarize([w for w, _ in values]),
             "cpu": summarize([c for _, c in values]),
         }
+    collection = collect_run(sizes.collect_frames, sizes.num_envs)
+    steady = collection["steady"]
+    results["collect_cameras_64"] = {
+        "wall": summarize([steady["images_per_wall_s"]]),
+        "cpu": summarize([steady["images_per_cpu_s"]]),
+    }
     best = {name: r["cpu"]["best"] for name, r in results.items()}
     # What stepping with cameras would reach if it cost exactly one physics step plus its
     # frames at the tiled rate, nothing else: the measured rate over it shows the overhead.
     ncam = len(CAMERAS)
     parts = 1.0 / (1.0 / best["tiled_64"] + 1.0 / (ncam * best["step_physics"]))
     ratios = {
+        "collect_cameras_vs_tiled_64": best["collect_cameras_64"] / best["tiled_64"],
+        "collect_vs_step_cameras_64": best["collect_cameras_64"] / best["step_cameras_64"],
         "step_cameras_vs_tiled_64": best["step_cameras_64"] / best["tiled_64"],
         "step_cameras_vs_render_plus_physics_64": best["step_cameras_64"] / parts,
+        "render_plus_physics_vs_tiled_64": parts / best["tiled_64"],
     }
     for size in sizes.image_sizes:
         ratios[f"tiled_vs_per_env_{size}"] = best[f"tiled_{size}"] / best[f"per_env_{size}"]
@@ -240,7 +342,18 @@ def run_benchmark(sizes: Sizes) -> dict[str, Any]:
         "unit": "frames (step_physics: env steps) per CPU second of this process, llvmpipe "
         "threads included; wall alongside; best of the repeats",
         "rates": results,
+        "rows": [
+            {
+                "runner": name,
+                "frames per cpu s": r["cpu"]["best"],
+                "frames per wall s": r["wall"]["best"],
+                "ms per frame (cpu)": 1e3 / r["cpu"]["best"],
+            }
+            for name, r in results.items()
+        ],
         "split": split,
+        "collect": collection,
+        "notes": collect_notes(collection),
         "ratios": ratios,
         "targets": TARGETS,
     }
@@ -277,6 +390,12 @@ def print_report(doc: dict[str, Any]) -> None:
     )
     print_table(rows, ["runner", "per cpu s", "per wall s", "ms / item (cpu)"])
     print("split:", {k: round(v, 3) if v else v for k, v in doc["split"].items()})
+    collection = doc["collect"]
+    print(
+        f"collect: {collection['frames']} frames, {collection['episodes']} episodes in "
+        f"{collection['seconds']:.0f} s ({collection['workers']} workers x "
+        f"{collection['envs_per_worker']} envs); rss: {collection['rss']}"
+    )
     print("ratios:", {k: round(v, 3) for k, v in doc["ratios"].items()})
 
 
@@ -286,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--num-envs", type=int, help="envs per batch")
     parser.add_argument("--repeats", type=int, help="rounds of runs")
+    parser.add_argument("--collect-frames", type=int, help="frames of the collect run")
     args = parser.parse_args(argv)
     base = quick_sizes() if args.quick else full_sizes()
     sizes = Sizes(
@@ -293,10 +413,12 @@ def main(argv: list[str] | None = None) -> int:
         renders=base.renders,
         steps=base.steps,
         repeats=args.repeats or base.repeats,
+        collect_frames=args.collect_frames or base.collect_frames,
     )
-    if sizes.num_envs < 1 or sizes.repeats < 1:
-        parser.error("--num-envs and --repeats must be at least 1")
+    if sizes.num_envs < 1 or sizes.repeats < 1 or sizes.collect_frames < 1:
+        parser.error("--num-envs, --repeats and --collect-frames must be at least 1")
     doc = run_benchmark(sizes)
+    doc["quick"] = bool(args.quick)
     doc["command"] = "unilab bench render " + " ".join(argv if argv is not None else sys.argv[1:])
     print_report(doc)
     path = write_json(args.out, doc)

@@ -1,7 +1,9 @@
 """`unilab bench report`: BENCHMARKS.md generated from bench/results/*.json.
 
 The page and any later check read the same numbers: each benchmark's JSON `ratios` object,
-compared here with the project's targets.
+compared here with the project's targets (`TARGETS`, then the benchmark's own `targets`,
+matched by name or by name suffix). Each benchmark's table is its `rows` list, else its
+`rates` or `tasks` mapping with one row per entry.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ TARGETS = {
     "collect_vs_ceiling": 0.8,
     "async_vs_sync_time_to_target": 1.3,
     "unilab_vs_sb3_time_to_target": 5.0,
+    "collect_cameras_vs_tiled_64": 0.8,
 }
 COMMANDS = {
     "sim": "unilab bench sim",
@@ -26,6 +29,8 @@ COMMANDS = {
     "learn_ant": "unilab bench learn_ant --minutes 4",
     "learn_arm_reach": "unilab bench learn_arm_reach",
     "learn_quadruped": "unilab bench learn_quadruped --minutes 20",
+    "render": "unilab bench render",
+    "experts": "unilab bench experts",
 }
 
 
@@ -33,6 +38,43 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return "—" if value is None else str(value)
+
+
+def target_for(key: str, own: dict[str, Any]) -> float | None:
+    """The target of ratio `key`: the project's, else the benchmark's own (exact name, or
+    a name `key` ends with, e.g. `success` for `arm_stack_success`)."""
+    if key in TARGETS:
+        return TARGETS[key]
+    if key in own:
+        return float(own[key])
+    for name, value in own.items():
+        if key.endswith("_" + name):
+            return float(value)
+    return None
+
+
+def _scalars(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's numbers and strings, one nested level flattened ("cpu best")."""
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if isinstance(inner, int | float | str) or inner is None:
+                    out[f"{key} {sub}"] = inner
+        elif isinstance(value, int | float | str) or value is None:
+            out[key] = value
+    return out
+
+
+def table_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = doc.get("rows")
+    if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+        return rows
+    for key in ("rates", "tasks"):
+        table = doc.get(key)
+        if isinstance(table, dict) and table and all(isinstance(v, dict) for v in table.values()):
+            return [{"name": name, **_scalars(entry)} for name, entry in table.items()]
+    return []
 
 
 def render(results: Path) -> str:
@@ -60,8 +102,9 @@ def render(results: Path) -> str:
         "|---|---|---|---|---|",
     ]
     for name, doc in docs.items():
+        own = doc.get("targets") if isinstance(doc.get("targets"), dict) else {}
         for key, value in (doc.get("ratios") or {}).items():
-            target = TARGETS.get(key)
+            target = target_for(key, own)
             met = "—" if target is None or value is None else ("yes" if value >= target else "no")
             lines.append(f"| {name} | `{key}` | {_fmt(value)} | {_fmt(target)} | {met} |")
     lines.append("")
@@ -73,13 +116,17 @@ def render(results: Path) -> str:
             + (" (quick mode)" if doc.get("quick") else ""),
             "",
         ]
-        rows = doc.get("rows")
-        if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+        rows = table_rows(doc)
+        if rows:
             cols = list(
                 dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], dict | list))
             )
             lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+            lines.append("")
+        notes = doc.get("notes")
+        if isinstance(notes, list) and notes:
+            lines += [f"- {note}" for note in notes if isinstance(note, str)]
             lines.append("")
         png = results / f"{name}.png"
         if png.exists():

@@ -16,11 +16,20 @@ Subclasses provide:
 `step()` auto-resets ended envs. It returns the first observation of the new episode for
 those envs in `obs` and the last observation of the old one in `final_obs`, so learners
 can bootstrap time-outs (`truncated`) apart from real ends (`terminated`).
+
+Per-episode seeds (for collecting demonstrations one can replay): with `episode_seeder`
+set, every episode start (reset, restart, auto-reset) asks it for one seed per env and
+draws that env's new episode from its own generator `episode_rng(seed, TASK_STREAM)`
+instead of the task's shared stream; `episode_seed` holds each env's current seed (-1:
+drawn from the shared stream). An episode then depends only on its seed and the actions
+taken, not on which env slot or worker ran it. (Domain randomization, off by default,
+draws from the sim's own stream either way.)
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -42,6 +51,20 @@ DEPTH_PREFIX = "depth/"
 INSTRUCTION = "instruction"
 """The observation group of language token ids, (n, L) int64, padded with 0."""
 OBS_DTYPES = ("float32", "uint8", "int64")
+TASK_STREAM = 0
+"""`episode_rng` stream of a seeded episode's start state (objects, colours, instruction)."""
+EXPERT_STREAM = 1
+"""`episode_rng` stream of a scripted expert's per-episode draws (mode, speed, waypoints)."""
+
+EpisodeSeeder = Callable[[np.ndarray], np.ndarray]
+"""Env ids whose episodes start now -> one int seed per id (see Task.episode_seeder)."""
+
+
+def episode_rng(seed: int, stream: int) -> np.random.Generator:
+    """The generator of one stream of the episode with this seed (independent streams)."""
+    if seed < 0:
+        raise ValueError(f"episode seeds are >= 0, got {seed}")
+    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(int(stream),)))
 
 
 @dataclass(frozen=True)
@@ -148,6 +171,11 @@ class Task(abc.ABC):
         self.prev_actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
         self.reward_weights = self._resolve_reward_weights(cfg.reward_weights)
         self._reward_fns = {name: getattr(self, f"reward_{name}") for name in self.reward_weights}
+        self.episode_seeder: EpisodeSeeder | None = None
+        """When set, each episode start draws from `episode_rng(seed, TASK_STREAM)` with the
+        seed this returns for its env (see the module doc); None: the shared stream."""
+        self.episode_seed = np.full(num_envs, -1, dtype=np.int64)
+        """(n,) seed of each env's current episode; -1 when it came from the shared stream."""
 
     # -- to implement -------------------------------------------------------------------
     def build_model(self) -> mujoco.MjModel:
@@ -210,9 +238,27 @@ class Task(abc.ABC):
         in observation_spec()."""
         return {k: v.shape[0] for k, v in self.observation_spec().items() if v.is_vector}
 
+    def _start_episodes(self, ids: np.ndarray) -> None:
+        """reset_envs(ids), from per-episode generators when an episode_seeder is set."""
+        if self.episode_seeder is None:
+            self.reset_envs(ids)
+            self.episode_seed[ids] = -1
+            return
+        seeds = np.asarray(self.episode_seeder(ids), dtype=np.int64).reshape(-1)
+        if seeds.shape != ids.shape:
+            raise ValueError(f"episode_seeder gave {seeds.shape[0]} seeds for {ids.size} envs")
+        shared = self.rng
+        try:
+            for env, seed in zip(ids.tolist(), seeds.tolist(), strict=True):
+                self.rng = episode_rng(seed, TASK_STREAM)
+                self.reset_envs(np.array([env], dtype=np.int64))
+        finally:
+            self.rng = shared
+        self.episode_seed[ids] = seeds
+
     def reset(self) -> dict[str, np.ndarray]:
         ids = np.arange(self.num_envs)
-        self.reset_envs(ids)
+        self._start_episodes(ids)
         self.episode_step[:] = 0
         self.episode_return[:] = 0.0
         self.actions[:] = 0.0
@@ -224,7 +270,7 @@ class Task(abc.ABC):
         observation groups of every env (rows outside `ids` as they are). For adapters that
         reset on the next step (gymnasium's NEXT_STEP autoreset)."""
         ids = np.asarray(ids, dtype=np.int64)
-        self.reset_envs(ids)
+        self._start_episodes(ids)
         self.episode_step[ids] = 0
         self.episode_return[ids] = 0.0
         self.actions[ids] = 0.0
@@ -263,7 +309,7 @@ class Task(abc.ABC):
         if done.any():
             final_obs = {k: v.copy() for k, v in obs.items()}
             ids = np.flatnonzero(done)
-            self.reset_envs(ids)
+            self._start_episodes(ids)
             self.episode_step[ids] = 0
             self.episode_return[ids] = 0.0
             self.actions[ids] = 0.0

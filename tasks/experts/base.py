@@ -8,7 +8,9 @@ policy like any other and its episodes are demonstrations in the policy's action
 
 Modes: each episode draws a strategy (`mode`, an int per env; names in `mode_names`),
 e.g. which bowl or which way around a wall. Per-episode noise (speed, heights, waypoint
-offsets) varies the demonstrations within a mode.
+offsets) varies the demonstrations within a mode. `reset(ids, seeds=...)` draws them from
+each episode's own generator (`episode_rng(seed, EXPERT_STREAM)`), so with the task's
+`episode_seeder` giving the same seeds an episode replays from its seed alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy.typing as npt
 
 from unilab.registry import Registry
 from unilab.sim.indices import as_env_ids
+from unilab.tasks.base import EXPERT_STREAM, episode_rng
 from unilab.tasks.tabletop import TabletopTask, wrap_angle
 from unilab.tasks.tabletop_scene import CUBE_HALF
 
@@ -77,13 +80,30 @@ class ScriptedExpert:
         return len(self.mode_names)
 
     def reset(
-        self, env_ids: npt.ArrayLike | None = None, modes: npt.ArrayLike | None = None
+        self,
+        env_ids: npt.ArrayLike | None = None,
+        modes: npt.ArrayLike | None = None,
+        seeds: npt.ArrayLike | None = None,
     ) -> None:
         """New episodes in env_ids (None: all): draw modes (or take `modes`, one per env or
         one for all) and noise, restart the phases. Call it after the task reset those envs
-        (their objects are placed)."""
+        (their objects are placed). `seeds` (one per env): draw each env's mode and noise
+        from its episode's own generator instead of the expert's shared stream."""
         ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
         if ids.size == 0:
+            return
+        if seeds is not None:
+            per_env = np.asarray(seeds, dtype=np.int64).reshape(-1)
+            if per_env.shape != ids.shape:
+                raise ValueError(f"seeds: expected one per env ({ids.size}), got {per_env.size}")
+            chosen = None if modes is None else np.broadcast_to(np.asarray(modes), ids.shape)
+            shared = self.rng
+            try:
+                for j, (env, seed) in enumerate(zip(ids.tolist(), per_env.tolist(), strict=True)):
+                    self.rng = episode_rng(seed, EXPERT_STREAM)
+                    self.reset([env], None if chosen is None else chosen[j : j + 1])
+            finally:
+                self.rng = shared
             return
         if modes is None:
             self.mode[ids] = self.rng.integers(0, self.num_modes, ids.size)

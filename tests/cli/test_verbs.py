@@ -47,7 +47,7 @@ def test_every_verb_group_and_the_top_level_answer_help(
         (["dta", "info"], "unknown verb 'dta'; did you mean data?"),
         (["bench", "warp-speed"], "unknown verb 'warp-speed'"),
         (["play", "--episods", "3"], "unrecognized arguments: --episods"),
-        (["play", "a", "b"], "takes one run directory or policy.onnx, got ['a', 'b']"),
+        (["play", "a", "b"], "takes one run directory, policy.onnx or 'expert', got ['a', 'b']"),
     ],
 )
 def test_bad_words_exit_2_with_one_message(

@@ -128,3 +128,26 @@ def test_writer_rejects_bad_steps(store_path: Path) -> None:
     with pytest.raises(SchemaMismatchError, match="origin 'robot'"):
         EpisodeWriter(store, 3, origin="robot")
     store.close()
+
+
+def test_writer_keeps_only_the_episodes_it_is_told_to(store_path: Path) -> None:
+    """`keep` decides per ending episode (collect drops failed demonstrations this way);
+    a dropped episode's env starts its next episode cleanly."""
+    store = EpisodeStore.create(store_path, small_schema())
+    writer = EpisodeWriter(store, 3, default_meta={"fps": 10.0})
+    episode = np.zeros(3, np.int64)
+    t = np.zeros(3, np.int64)
+    for step in range(9):
+        frames = _step_frames(np.arange(3), episode, t)
+        del frames["timestamp"]
+        ends = t == 2  # every episode is 3 frames long
+        frames["terminated"], frames["truncated"] = ends, np.zeros(3, bool)
+        keep = np.array([True, False, step > 5])  # env 2: only its last episode (steps 6-8)
+        writer.add_step(frames, keep=keep)
+        episode, t = episode + ends, np.where(ends, 0, t + 1)
+    writer.close()
+    store.close()
+    with EpisodeStore.open(store_path) as reader:
+        codes = sorted(int(reader.episode(k)["obs/policy"][0, 0]) for k in range(len(reader)))
+    # env 0: episodes 0, 1, 2; env 1: none; env 2: episode 2 only (whole, from its frame 0)
+    assert codes == [0, 100, 200, 20_200]

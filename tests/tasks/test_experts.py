@@ -73,3 +73,37 @@ def test_expert_succeeds_in_95_percent_of_200_episodes(name: str) -> None:
     assert success.mean() >= 0.95, success.mean()
     for mode in range(expert.num_modes):
         assert (modes == mode).sum() >= 20, np.bincount(modes)
+
+
+def _seeded_run(num_envs: int, slot: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Actions and proprioception of env `slot`'s first episode, seeded `seed` (the other
+    envs get other seeds), and its expert mode."""
+    cfg = compose(["task=arm_move_side", "task.cameras=[]"]).task
+    task = make_task(cfg, num_envs=num_envs, seed=100 + num_envs)  # other shared streams
+    assert isinstance(task, TabletopTask)
+    task.episode_seeder = lambda ids: np.where(ids == slot, seed, 7_000 + ids)
+    obs = task.reset()
+    expert = make_expert(task, seed=num_envs)
+    expert.reset(None, seeds=task.episode_seed)
+    mode = int(expert.mode[slot])
+    actions, proprio = [], []
+    while True:
+        action = expert.act()
+        actions.append(action[slot])
+        proprio.append(obs["policy"][slot])
+        result = task.step(action)
+        if result.terminated[slot] or result.truncated[slot]:
+            return np.stack(actions), np.stack(proprio), mode
+        ended = np.flatnonzero(result.terminated | result.truncated)
+        expert.reset(ended, seeds=task.episode_seed[ended])
+        obs = result.obs
+
+
+def test_a_seeded_episode_does_not_depend_on_its_env_slot() -> None:
+    alone = _seeded_run(1, 0, seed=42)
+    among = _seeded_run(5, 3, seed=42)
+    other = _seeded_run(1, 0, seed=43)
+    np.testing.assert_array_equal(alone[0], among[0])
+    np.testing.assert_array_equal(alone[1], among[1])
+    assert alone[2] == among[2]
+    assert not np.array_equal(alone[1][0], other[1][0])  # another seed: another start

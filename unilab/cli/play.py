@@ -50,25 +50,50 @@ def load_target(target: str | None, verb: str) -> LoadedPolicy:
         raise ConfigError(str(exc)) from None
 
 
+EXPERT = "expert"
+"""The play target that runs a task's scripted expert: `unilab play expert task=NAME`."""
+
+
+def _expert_configs(items: list[str], verb: str) -> tuple[object, object]:
+    from unilab.config.compose import compose
+
+    bad = [t for t in items if not t.split("=", 1)[0].startswith(("task", "sim."))]
+    if bad or not any(t.startswith("task=") for t in items):
+        raise ConfigError(
+            f"unilab {verb} expert needs task=NAME (and takes task.* / sim.* overrides); "
+            f"got {items}"
+        )
+    cfg = compose(items)
+    return cfg.task, cfg.sim
+
+
 def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bool) -> int:
-    target, items = split_items(args.items, verb, "run directory or policy.onnx")
-    from unilab.deploy.play import play
+    target, items = split_items(args.items, verb, "run directory, policy.onnx or 'expert'")
+    from unilab.deploy.play import ExpertSource, play
     from unilab.deploy.sim_task import configs_for_policy
 
-    policy = load_target(target, verb)
-    assert target is not None
-    meta = policy.metadata
     record = [t.split("=", 1)[1] for t in items if t.startswith("record=")]
     overrides = [t for t in items if not t.startswith("record=")]
-    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
-    out = Path(args.out) if args.out else output_base(Path(target))
-    name = args.name or default_name.format(
-        ckpt=Path(policy.source).stem, seed=args.seed, task=meta.task
-    )
+    policy: LoadedPolicy | ExpertSource
+    if target == EXPERT:
+        policy = ExpertSource()
+        task_cfg, sim_cfg = _expert_configs(overrides, verb)
+        task_name = task_cfg.name  # type: ignore[attr-defined]
+        out = Path(args.out) if args.out else Path("runs") / EXPERT / task_name
+        stem = "expert"
+    else:
+        policy = load_target(target, verb)
+        assert target is not None
+        meta = policy.metadata
+        task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
+        task_name = meta.task
+        out = Path(args.out) if args.out else output_base(Path(target))
+        stem = Path(policy.source).stem
+    name = args.name or default_name.format(ckpt=stem, seed=args.seed, task=task_name)
     result = play(
         policy,
-        task_cfg,
-        sim_cfg,
+        task_cfg,  # type: ignore[arg-type]
+        sim_cfg,  # type: ignore[arg-type]
         out / "media",
         name,
         episodes=positive(args.episodes, "--episodes"),
@@ -113,7 +138,11 @@ VERBS = [
         description="Run a policy in simulation for N episodes; write <out>/media/<name>.mp4 "
         "(set MUJOCO_GL=egl on headless machines), <name>.rrd (Rerun) and <name>.json. "
         "task.* and sim.* key=value overrides change the simulated task; record=<store> "
-        "appends the finished episodes to an episode store.",
+        "appends the finished episodes to an episode store. `unilab play expert "
+        "task=arm_pick_place` plays the task's scripted expert (episodes seeded --seed, "
+        "--seed + 1, ... as unilab collect seeds them; outputs in runs/expert/<task>/media). "
+        "Tasks that observe cameras show those views beside the scene in the mp4 and as "
+        "cameras/<cam> images in the .rrd.",
         order=10,
     ),
     Verb(

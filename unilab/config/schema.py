@@ -73,6 +73,9 @@ class RuntimeConfig:
     debug_poison: bool = False
     """Debug: workers refill a ring slot with poison (NaN) each time they take it, so a
     field a worker leaves unwritten shows up, and the learner's chunk check drops it."""
+    max_ring_mb: float = checked(1024.0, gt=0)
+    """Largest shared-memory ring (MiB) a run may create; camera images make rings big
+    (printed at start: workers x slots x chunk_len x envs x bytes per step)."""
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Record the episodes of `unilab play ... record=<store>` into an episode store.
 
-Each frame holds the observation groups the policy acted on, the action, the reward and
-the end flags; an env's episode is appended (atomically) when it ends. Episodes still
+Each frame holds the task's observation groups (float vectors and token ids as
+`obs/<group>`, camera images as `images/<cam>`; depth is left out), the action, the reward
+and the end flags; an env's episode is appended (atomically) when it ends. Episodes still
 running when play stops are not recorded.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab.data.schema import StoreSchema
+from unilab.data.schema import FieldSpec, StoreSchema
 from unilab.data.store import EpisodeStore
 from unilab.data.writer import EpisodeWriter
 
@@ -21,14 +22,18 @@ class PlayRecorder:
     def __init__(
         self,
         path: str | Path,
-        obs_dims: dict[str, int],
+        obs_spec: dict[str, tuple[tuple[int, ...], str]],
         action_dim: int,
         num_envs: int,
         fps: float,
         meta: dict[str, Any],
         policy_version: int = 0,
     ) -> None:
-        schema = StoreSchema.build(obs=obs_dims, action=action_dim)
+        self.fields = store_fields(obs_spec)
+        """Observation group -> store field."""
+        user = {self.fields[g]: FieldSpec(*obs_spec[g]) for g in self.fields}
+        user["action"] = FieldSpec((action_dim,), "float32")
+        schema = StoreSchema(user)
         self.store = EpisodeStore.open(path, "a", schema=schema)
         self.writer = EpisodeWriter(
             self.store, num_envs, origin="sim", default_meta={"fps": fps, **meta}
@@ -44,7 +49,7 @@ class PlayRecorder:
         terminated: np.ndarray,
         truncated: np.ndarray,
     ) -> None:
-        frames: dict[str, Any] = {f"obs/{g}": v for g, v in obs.items()}
+        frames: dict[str, Any] = {name: obs[g] for g, name in self.fields.items()}
         frames.update(
             action=actions,
             reward=reward,
@@ -60,3 +65,17 @@ class PlayRecorder:
         self.writer.close(keep_partial=False)
         self.store.close()
         return self.episodes
+
+
+def store_fields(obs_spec: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, str]:
+    """Observation group -> store field: images/<cam> (uint8 H x W x 3) stay images/<cam>,
+    other groups become obs/<group>; depth/<cam> groups are not stored."""
+    fields = {}
+    for group in obs_spec:
+        if group.startswith("depth/"):
+            continue
+        if group.startswith("images/"):
+            fields[group] = group
+        else:
+            fields[group] = f"obs/{group}"
+    return fields

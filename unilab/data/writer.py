@@ -108,9 +108,10 @@ class EpisodeWriter:
         """Metadata for env `env`'s current episode (replaces earlier calls)."""
         self._meta[env] = EpisodeMeta.coerce(meta)
 
-    def add_step(self, frames: Mapping[str, Any]) -> list[int]:
+    def add_step(self, frames: Mapping[str, Any], keep: np.ndarray | None = None) -> list[int]:
         """Buffer one batched step. Returns the store indices of the episodes committed by
-        this call (see `commit_frames`)."""
+        this call (see `commit_frames`). `keep`: (n_envs,) bool; an episode that ends at
+        this step where it is False is dropped instead of stored (e.g. a failed demo)."""
         unknown = [k for k in frames if k not in self.store.schema.fields]
         if unknown:
             raise SchemaMismatchError(
@@ -143,6 +144,10 @@ class EpisodeWriter:
         self._step += 1
         if done.size == 0:
             return []
+        if keep is not None:
+            kept = np.asarray(keep, dtype=bool).reshape(self.n_envs)[done]
+            self.discard(done[~kept])
+            done = done[kept]
         self._finish(done)
         return self.flush() if self._ready_frames >= self.commit_frames else []
 

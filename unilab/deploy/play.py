@@ -4,13 +4,25 @@ A few envs (default: one per episode, at most 4) step together; env 0 is the one
 and recorded. Play stops once `episodes` episodes have ended over all envs. Outputs go to
 `<out>/media/<name>.{mp4,rrd,json}`. When offscreen rendering is unavailable the video is
 skipped with a note saying why, and the recording and summary are still written.
+
+Camera views: a task that observes camera images (`images/<cam>` groups, the tabletop
+family) has env 0's observation images, exactly as the policy saw them, beside the scene
+in every mp4 frame (nearest-neighbour scaled) and as `cameras/<cam>` image entities in the
+`.rrd`; the scene camera shows the episode's own colours and lights (the task's render-only
+looks). Other tasks get small renders of their model cameras in the `.rrd`.
+
+The policy is a run directory / ONNX file (`LoadedPolicy`) or the task's scripted expert
+(`ExpertSource`), whose episodes are seeded `seed, seed + 1, ...` as `unilab collect`
+seeds them: `--seed S` replays the collected episode with seed S.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +32,19 @@ import numpy as np
 
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.policy_source import LoadedPolicy
+from unilab.runtime.policy import Policy
 from unilab.runtime.rollout import StepInfo, rollout
-from unilab.tasks.base import Task
+from unilab.tasks.base import IMAGE_PREFIX, Task
 from unilab.utils.atomic import atomic_write_text
 from unilab.viz.recorder import RolloutRecorder
-from unilab.viz.video import Mp4Writer, RenderUnavailableError, SceneCamera, jpeg
+from unilab.viz.video import (
+    Mp4Writer,
+    RenderUnavailableError,
+    SceneCamera,
+    beside,
+    beside_width,
+    jpeg,
+)
 
 MAX_CAMERAS = 4
 CAMERA_IMAGE_SIZE = (160, 120)
@@ -55,8 +75,54 @@ class PlayResult:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ExpertSource:
+    """Play the task's scripted expert instead of a trained policy."""
+
+    kind: str = "expert"
+    source: str = "scripted expert"
+
+
+def _seed_counter(first: int) -> Iterator[int]:
+    seed = first
+    while True:
+        yield seed
+        seed += 1
+
+
+def _actor(policy: LoadedPolicy | ExpertSource, task: Task, seed: int) -> Policy[np.ndarray]:
+    """The policy to roll out in `task`; a ValueError when it does not fit the task."""
+    if isinstance(policy, ExpertSource):
+        from unilab.runtime.expert_policy import ExpertPolicy
+        from unilab.tasks.experts import EXPERTS, make_expert
+        from unilab.tasks.tabletop import TabletopTask
+
+        if task.cfg.name not in EXPERTS or not isinstance(task, TabletopTask):
+            raise ValueError(
+                f"task {task.cfg.name!r} has no scripted expert; tasks with one: "
+                f"{', '.join(EXPERTS.names())}"
+            )
+        seeds = _seed_counter(seed)
+        task.episode_seeder = lambda ids: np.array([next(seeds) for _ in ids], np.int64)
+        return ExpertPolicy(make_expert(task, seed=seed))
+    meta = policy.metadata
+    spec = task.observation_spec()
+    vectors = [g for g in policy.policy.obs_groups if g in meta.obs_dims]
+    missing = [g for g in policy.policy.obs_groups if g not in spec]
+    wrong = [g for g in vectors if g in spec and spec[g].shape != (meta.obs_dims[g],)]
+    if missing or wrong or task.action_dim != meta.action_dim:
+        widths = {g: meta.obs_dims[g] for g in vectors}
+        groups = {g: s.shape for g, s in spec.items()}
+        raise ValueError(
+            f"policy expects observations {widths} (groups {list(policy.policy.obs_groups)}) "
+            f"and {meta.action_dim} actions; task {task.cfg.name!r} has {groups} and "
+            f"{task.action_dim}"
+        )
+    return policy.policy
+
+
 def play(
-    policy: LoadedPolicy,
+    policy: LoadedPolicy | ExpertSource,
     task_cfg: TaskConfig,
     sim_cfg: SimConfig,
     media_dir: Path,
@@ -83,15 +149,9 @@ def play(
         raise ValueError(f"num_envs={envs} must be at least 1")
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
-    meta = policy.metadata
-    widths = {g: meta.obs_dims[g] for g in policy.policy.obs_groups}
-    if any(task.obs_dims.get(g) != d for g, d in widths.items()) or (
-        task.action_dim != meta.action_dim
-    ):
-        raise ValueError(
-            f"policy expects observations {widths} and {meta.action_dim} actions; task "
-            f"{task_cfg.name!r} has {task.obs_dims} and {task.action_dim}"
-        )
+    actor = _actor(policy, task, seed)
+    spec = task.observation_spec()
+    views = [g for g in spec if g.startswith(IMAGE_PREFIX)]
     media_dir.mkdir(parents=True, exist_ok=True)
     result = PlayResult(task_cfg.name, policy.kind, policy.source, seed, envs, 0, [])
     recorder = (
@@ -101,7 +161,7 @@ def play(
         if rerun
         else None
     )
-    film = _Film(task, media_dir / f"{name}.mp4", width, height, video, result.notes)
+    film = _Film(task, media_dir / f"{name}.mp4", width, height, video, result.notes, views)
     limit = max_steps or task.max_episode_steps * math.ceil(episodes / envs)
 
     store = None
@@ -110,31 +170,34 @@ def play(
 
         store = PlayRecorder(
             record,
-            task.obs_dims,
+            {g: (s.shape, s.dtype) for g, s in spec.items()},
             task.action_dim,
             envs,
             fps=1.0 / task.control_dt,
             meta={"task": task_cfg.name, "robot": task.robot.name, "seed": seed},
         )
     obs = task.reset()
-    film.capture()
+    film.capture(obs)
     if recorder is not None:
-        _record(recorder, task, 0, None, None, 0, film.camera_images())
+        _record(recorder, task, 0, None, None, 0, film.camera_images(obs))
     env0_episode = [0]
 
     def on_step(info: StepInfo) -> None:
         out = info.result
         if store is not None:
             store.add(info.obs, info.actions, out.reward, out.terminated, out.truncated)
-        film.capture()
+        film.capture(out.obs)
         if recorder is not None:
             terms = {k: float(v[0]) for k, v in out.reward_terms.items()}
-            images = film.camera_images()
+            images = film.camera_images(out.obs)
             _record(recorder, task, info.step, info.actions[0], terms, env0_episode[0], images)
         if out.terminated[0] or out.truncated[0]:
             env0_episode[0] += 1
 
-    ran = rollout(task, policy.policy, steps=limit, episodes=episodes, on_step=on_step, obs=obs)
+    try:
+        ran = rollout(task, actor, steps=limit, episodes=episodes, on_step=on_step, obs=obs)
+    finally:
+        task.close()
     result.episodes = [e.to_dict() for e in ran.episodes]
     step = ran.steps
     result.steps = step
@@ -164,7 +227,7 @@ def _record(
     action: np.ndarray | None,
     terms: dict[str, float] | None,
     episode: int,
-    images: dict[str, bytes],
+    images: dict[str, bytes | np.ndarray],
 ) -> None:
     sim = task.sim
     recorder.add(
@@ -182,43 +245,67 @@ def _record(
 
 
 class _Film:
-    """Video of env 0 from the scene camera, plus small frames of each model camera."""
+    """Video of env 0 from the scene camera, with the task's observed camera views beside
+    it; camera frames for the Rerun recording."""
 
     def __init__(
-        self, task: Task, path: Path, width: int, height: int, enabled: bool, notes: list[str]
+        self,
+        task: Task,
+        path: Path,
+        width: int,
+        height: int,
+        enabled: bool,
+        notes: list[str],
+        views: list[str],
     ) -> None:
         self.task = task
         self.path = path
+        self.views = views
+        """Observation groups of camera images shown beside the scene (images/<cam>)."""
         self.camera: SceneCamera | None = None
         self.writer: Mp4Writer | None = None
         self.model_cameras: dict[str, SceneCamera] = {}
         self._fresh = False
         if not enabled:
             return
-        model = task.model
+        # A private model: the episode's render-only looks are written into it per frame.
+        self.model = copy.deepcopy(task.model)
         base = task.robot.base_body
-        track = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, base) if base else None
+        track = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, base) if base else None
         try:
-            self.camera = SceneCamera(model, width, height, track_body=track)
+            self.camera = SceneCamera(self.model, width, height, track_body=track)
         except RenderUnavailableError as exc:
             notes.append(f"no video: {exc}")
             return
-        self.data = mujoco.MjData(model)
-        self.writer = Mp4Writer(path, 1.0 / task.control_dt, self.camera.width, self.camera.height)
-        for cam in range(min(model.ncam, MAX_CAMERAS)):
-            cam_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, cam) or f"camera_{cam}"
-            w, h = CAMERA_IMAGE_SIZE
-            self.model_cameras[cam_name] = SceneCamera(model, w, h, camera=cam_name)
+        self.data = mujoco.MjData(self.model)
+        w, h = self.camera.width, self.camera.height
+        self.writer = Mp4Writer(path, 1.0 / task.control_dt, beside_width(w, h, len(views)), h)
+        if views:
+            return  # the policy's own images stand for the model cameras
+        for cam in range(min(self.model.ncam, MAX_CAMERAS)):
+            cam_name = (
+                mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_CAMERA, cam) or f"camera_{cam}"
+            )
+            cw, ch = CAMERA_IMAGE_SIZE
+            self.model_cameras[cam_name] = SceneCamera(self.model, cw, ch, camera=cam_name)
 
-    def capture(self) -> None:
+    def capture(self, obs: dict[str, np.ndarray]) -> None:
         if self.camera is None or self.writer is None:
             return
+        renderer = getattr(self.task, "renderer", None)
+        if renderer is not None:
+            renderer.apply_visuals(self.model, 0)
         # A persistent batch keeps each env's whole MjData: positions are those of its last call.
         self.task.sim.batch.get_data(0, self.data)
-        self.writer.add(self.camera.render(self.data))
+        scene = self.camera.render(self.data)
+        panels = {g.removeprefix(IMAGE_PREFIX): obs[g][0] for g in self.views}
+        self.writer.add(beside(scene, panels))
         self._fresh = True
 
-    def camera_images(self) -> dict[str, bytes]:
+    def camera_images(self, obs: dict[str, np.ndarray]) -> dict[str, bytes | np.ndarray]:
+        """Env 0's observed camera images (exact), else renders of the model cameras."""
+        if self.views:
+            return {g.removeprefix(IMAGE_PREFIX): obs[g][0] for g in self.views}
         if not self._fresh or not self.model_cameras:
             return {}
         return {name: jpeg(cam.render(self.data)) for name, cam in self.model_cameras.items()}

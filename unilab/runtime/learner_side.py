@@ -14,13 +14,19 @@ composes task and policy). A `ChunkSource` passed in instead (e.g. Ray actors on
 hosts) brings its own producers: no local worker starts, supervisor events are empty, and
 its `close()` (if any) runs at `close()`. The source's slots must be laid out as the
 default ring's (`num_workers` blocks of envs_per_worker envs, `chunk_len` steps).
+
+Before any memory is made, the ring's size is computed, said through `notify` (default:
+one line on stderr) and checked against `runtime.max_ring_mb` (a `ConfigError` naming the
+settings that shrink it): camera images make rings large.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +37,7 @@ from unilab.config.schema import Config
 from unilab.runtime.chunk_check import ChunkCheck
 from unilab.runtime.fields import FieldSpecs
 from unilab.runtime.ring import RingBuffer
+from unilab.runtime.ring_size import check_ring_size, ring_size
 from unilab.runtime.shm import SegmentOwner
 from unilab.runtime.source import ChunkSource
 from unilab.runtime.supervisor import Supervisor, WorkerEvent
@@ -70,6 +77,7 @@ class LearnerRuntime:
         iteration_offset: int = 0,
         worker_target: str,
         source: ChunkSource | None = None,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         rt = cfg.runtime
         self.cfg = cfg
@@ -82,7 +90,19 @@ class LearnerRuntime:
         self.owner = SegmentOwner()
         spec = {name: (shape, np.dtype(dtype)) for name, (shape, dtype) in fields.items()}
         self.local_workers = source is None
+        self.ring_size = ring_size(
+            spec, rt.num_workers, self.envs_per_worker, rt.chunk_len, rt.slots_per_worker
+        )
+        """The shared-memory ring's size (said at start, bounded by runtime.max_ring_mb)."""
         if source is None:
+            check_ring_size(
+                self.ring_size,
+                rt.max_ring_mb,
+                "runtime.max_ring_mb",
+                "sim.num_envs, runtime.chunk_len, runtime.slots_per_worker or the image size",
+            )
+            say = notify or (lambda text: print(text, file=sys.stderr))
+            say(f"{self.ring_size.describe()} (runtime.max_ring_mb={rt.max_ring_mb:g})")
             source = RingBuffer(
                 spec,
                 rt.num_workers,

@@ -7,7 +7,8 @@ the policy plans again for it (MLP actors: H = n_act = 1, a plain step loop).
 `collect_chunk` fills the transition fields (see `unilab.runtime.fields.transition_fields`),
 each (T, N, ...):
 
-- `obs_<group>`: observation at step t (after any auto-reset of step t-1);
+- `obs_<group>`: observation at step t (after any auto-reset of step t-1); camera images
+  as uint8 `images_<cam>` and depth as `depth_<cam>` (`unilab.runtime.fields.ring_field`);
 - `next_obs_<group>`: observation after step t, *before* auto-reset, so a learner can
   bootstrap time-outs; equal to `obs_<group>[t+1]` wherever the episode goes on;
 - `action`: what the env executed at step t; `logprob`: the log-probability of the chunk
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from unilab.runtime.fields import obs_group_of
 from unilab.runtime.policy import ActionQueue, Policy
 from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy
 from unilab.tasks.base import StepResult, Task
@@ -161,11 +163,13 @@ def rollout(
 
 
 def _check_shapes(task: Task, policy: Policy[np.ndarray]) -> None:
-    missing = [g for g in policy.obs_groups if g not in task.obs_dims]
+    spec = task.observation_spec()
+    missing = [g for g in policy.obs_groups if g not in spec]
     if missing or policy.action_dim != task.action_dim:
+        groups = {g: s.shape for g, s in spec.items()}
         raise ValueError(
             f"policy reads observation groups {list(policy.obs_groups)} and acts with "
-            f"{policy.action_dim} actions; task {task.cfg.name!r} has groups {task.obs_dims} "
+            f"{policy.action_dim} actions; task {task.cfg.name!r} has groups {groups} "
             f"and {task.action_dim} actions"
         )
 
@@ -206,7 +210,7 @@ def collect_chunk(
     queue = state.queue
     horizon = out["action"].shape[0]
     next_groups = [k.removeprefix("next_obs_") for k in out if k.startswith("next_obs_")]
-    obs_groups = [k.removeprefix("obs_") for k in out if k.startswith("obs_")]
+    obs_fields = {k: g for k in out if (g := obs_group_of(k)) is not None}
     has_logprob = "logprob" in out
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     for t in range(horizon):
@@ -216,8 +220,8 @@ def collect_chunk(
         result = task.step(action_np)
         t2 = time.perf_counter()
         queue.episodes_ended(result.terminated | result.truncated)
-        for group in obs_groups:
-            out[f"obs_{group}"][t] = state.obs[group]
+        for name, group in obs_fields.items():
+            out[name][t] = state.obs[group]
         for group in next_groups:
             out[f"next_obs_{group}"][t] = result.final_obs[group]
         out["action"][t] = action_np

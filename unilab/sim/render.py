@@ -252,15 +252,21 @@ class BatchRenderer:
         """Copies of every per-env visual field set so far (for saving with a task's state)."""
         return {name: values.copy() for name, values in self._visuals.items()}
 
+    def apply_visuals(self, model: mujoco.MjModel, env: int) -> None:
+        """Write env `env`'s render-only looks into `model` (a copy of the sim's model that
+        another renderer draws, e.g. play's scene camera), so it shows the same colours,
+        lights and camera poses as this env's observation images."""
+        for name, values in self._visuals.items():
+            if name in _HEADLIGHT_FIELDS:
+                getattr(model.vis.headlight, name.removeprefix("headlight_"))[:] = values[env]
+            else:
+                getattr(model, name)[...] = values[env]
+
     # -- drawing ------------------------------------------------------------------------
 
     def _load_env(self, env: int) -> None:
         m, d = self._model, self._data
-        for name, values in self._visuals.items():
-            if name in _HEADLIGHT_FIELDS:
-                getattr(m.vis.headlight, name.removeprefix("headlight_"))[:] = values[env]
-            else:
-                getattr(m, name)[...] = values[env]
+        self.apply_visuals(m, env)
         if self._use_get_data:
             self.sim.batch.get_data(int(env), d)
         else:

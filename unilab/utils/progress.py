@@ -64,3 +64,58 @@ class TrainingProgress:
     ) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+class CollectProgress:
+    """The progress bar of `unilab collect`: episodes kept of the target, success rate of
+    the finished episodes, frames per second and ETA; silent in quiet mode."""
+
+    def __init__(self, total: int, description: str, quiet: bool) -> None:
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.console = Console(stderr=True)
+        self.total = total
+        self.description = description
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> CollectProgress:
+        if not self.quiet:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("episodes, success {task.fields[success]}"),
+                TextColumn("{task.fields[fps]:>7} frames/s"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(
+                self.description, total=self.total, success="-", fps="-"
+            )
+        return self
+
+    def update(self, kept: int, success_rate: float | None, frames_per_s: float) -> None:
+        if self._progress is not None and self._task is not None:
+            rate = "-" if success_rate is None else f"{100 * success_rate:.0f} %"
+            self._progress.update(
+                self._task,
+                completed=min(kept, self.total),
+                success=rate,
+                fps=f"{frames_per_s:,.0f}",
+            )
+
+    def print(self, message: str) -> None:
+        self.console.print(message, highlight=False)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,7 +1,8 @@
 """Record one env of a rollout and write it to Rerun as columns (one call per entity).
 
 Per step the recorder copies the env's body poses, joint positions, action, reward terms,
-task state attributes (commands, targets) and, where given, camera images (JPEG bytes).
+task state attributes (commands, targets) and, where given, camera images: JPEG bytes (a
+rendered view) or uint8 (H, W, 3) arrays (a policy's own observation images, kept exact).
 `write` logs the static scene (`rerun_scene.log_scene`) and then sends every series with
 `send_columns`, so recording costs a few array copies per step and no Rerun call at all.
 
@@ -12,7 +13,7 @@ Entities: `world/...` (the scene), `joints/<joint>`, `actions/<joint>`, `reward/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ class _Series:
     rewards: list[np.ndarray] = field(default_factory=list)
     state: dict[str, list[np.ndarray]] = field(default_factory=dict)
     episode: list[int] = field(default_factory=list)
-    images: dict[str, list[tuple[int, float, bytes]]] = field(default_factory=dict)
+    images: dict[str, list[tuple[int, float, bytes | np.ndarray]]] = field(default_factory=dict)
 
 
 def scalar_joints(model: mujoco.MjModel) -> tuple[list[str], np.ndarray]:
@@ -80,7 +81,7 @@ class RolloutRecorder:
         reward_terms: dict[str, float] | None,
         state: dict[str, np.ndarray] | None = None,
         episode: int = 0,
-        images: dict[str, bytes] | None = None,
+        images: Mapping[str, bytes | np.ndarray] | None = None,
     ) -> None:
         """One step of the recorded env: body poses (nbody, 3) / (nbody, 4) wxyz, full qpos,
         its action and weighted reward terms (None on the first, pre-action frame)."""
@@ -98,8 +99,9 @@ class RolloutRecorder:
             value = np.ravel((state or {}).get(name, np.nan)).astype(np.float64)
             s.state.setdefault(name, []).append(value)
         s.episode.append(episode)
-        for cam, blob in (images or {}).items():
-            s.images.setdefault(cam, []).append((step, sim_time, blob))
+        for cam, image in (images or {}).items():
+            kept = image if isinstance(image, bytes) else np.array(image, dtype=np.uint8)
+            s.images.setdefault(cam, []).append((step, sim_time, kept))
 
     def write(self, rec: rr.RecordingStream, prefix: str = "") -> SceneLayout:
         """Log the scene and every recorded series into `rec`, each entity path prefixed
@@ -144,12 +146,14 @@ class RolloutRecorder:
                 series(f"state/{entity_name(name, 'attr')}/{i}", values[:, i])
         series("episode/index", np.asarray(s.episode, dtype=np.float64))
         for cam, frames in s.images.items():
-            for step, t, blob in frames:
+            for step, t, image in frames:
                 rec.set_time("step", sequence=step)
                 rec.set_time("sim_time", duration=t)
                 rec.log(
                     f"{prefix}cameras/{entity_name(cam, 'camera')}",
-                    rr.EncodedImage(contents=blob, media_type="image/jpeg"),
+                    rr.EncodedImage(contents=image, media_type="image/jpeg")
+                    if isinstance(image, bytes)
+                    else rr.Image(image, color_model="RGB"),
                 )
         return layout
 

@@ -183,3 +183,26 @@ def render_frames(
             sim.batch.get_data(int(env), data)
             frames.append(cam.render(data))
     return np.stack(frames) if frames else np.zeros((0, height, width, 3), np.uint8)
+
+
+def beside(scene: np.ndarray, views: dict[str, np.ndarray]) -> np.ndarray:
+    """The scene frame (h, w, 3) with the camera `views` to its right: one column of square
+    panels, each view scaled to h // len(views) pixels with nearest-neighbour sampling (the
+    pixels a policy sees, not a smoothed copy), its name written in its corner."""
+    if not views:
+        return scene
+    h = scene.shape[0]
+    side = h // len(views)
+    column = np.zeros((h, side, 3), np.uint8)
+    for k, (name, view) in enumerate(views.items()):
+        panel = cv2.resize(
+            np.ascontiguousarray(view), (side, side), interpolation=cv2.INTER_NEAREST
+        )
+        cv2.putText(panel, name, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1)
+        column[k * side : (k + 1) * side] = panel
+    return np.concatenate([scene, column], axis=1)
+
+
+def beside_width(width: int, height: int, views: int) -> int:
+    """Width of a `beside` frame: the scene plus one column of square panels."""
+    return width + (height // views if views else 0)
