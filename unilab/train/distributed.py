@@ -1,6 +1,6 @@
 """Several learner processes under `torchrun`: who is who, and what they agree on.
 
-    torchrun --standalone --nproc-per-node 2 -m unilab.cli train task=cartpole
+    torchrun --standalone --nproc-per-node 2 -m unilab.cli train task=cartpole_balance
 
 torchrun sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous address; `init_world` joins
 the process group (NCCL when the learner is on a GPU, gloo on CPU). Each rank runs its own
@@ -50,15 +50,19 @@ class World:
         if not self.active:
             return
         if not algo.supports_data_parallel:
-            raise ConfigError(
-                f"algo={algo.cfg.name} has no data-parallel update; with several learner "
-                "processes use algo=ppo or algo=appo"
-            )
+            raise ConfigError(self.unsupported(algo.cfg.name))
         algo.data_parallel = self.dp
         with torch.no_grad():
             for module in _modules(algo):
                 for tensor in [*module.parameters(), *module.buffers()]:
                     self.dp.broadcast_(tensor.data)
+
+    @staticmethod
+    def unsupported(algo: str) -> str:
+        return (
+            f"algo={algo} has no data-parallel update; with several learner processes "
+            "(torchrun) use algo=ppo or algo=appo"
+        )
 
     def agree(self, go_on: bool) -> bool:
         """True only when every rank says go on (one all-reduce)."""
