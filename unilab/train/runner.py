@@ -303,9 +303,19 @@ class Runner:
             restore_iteration=self._restore_iteration,
             iteration_offset=self.iteration,
             worker_target=WORKER_TARGET,
-            source=self._source,
+            source=self._source if self._source is not None else self._backend_source(),
         )
         return self.runtime
+
+    def _backend_source(self) -> ChunkSource | None:
+        """The chunk source `runtime.backend` asks for (None: the local ring)."""
+        if self.cfg.runtime.backend != "ray":
+            return None
+        from unilab.train.ray_backend import ray_source
+
+        return ray_source(
+            self.cfg, to_yaml(self.cfg), self.chunk_fields(), actor_to_flat(self.algo.actor).size
+        )
 
     # -- the loop ----------------------------------------------------------------------------
     def learn(self) -> RunResult:
