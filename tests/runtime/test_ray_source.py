@@ -81,6 +81,7 @@ def test_two_ray_hosts_learn_cartpole_and_survive_a_host_kill(
     result = runner.learn()
     assert kill.killed_pid is not None
     assert result.summary["supervisor"]["hosts_lost"] == 1
+    assert result.summary["supervisor"]["hosts_restarted"] == 1  # Ray brought it back
     assert result.env_steps >= 61440
     rows = read_metrics(result.run.metrics)
     first = next(r["train/mean_return"] for r in rows if r["train/mean_return"] is not None)

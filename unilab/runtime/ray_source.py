@@ -105,7 +105,7 @@ class RayChunkSource:
         self._next_id = 0
         self.host_counters: list[dict[str, float]] = [{} for _ in range(plan.hosts)]
         self._stats = {"chunks_received": 0, "chunks_released": 0, "hosts_lost": 0,
-                       "host_calls_failed": 0, "bad_chunks": 0}  # fmt: skip
+                       "hosts_restarted": 0, "host_calls_failed": 0, "bad_chunks": 0}  # fmt: skip
         self.pids = ray.get([self._start(h) for h in range(plan.hosts)])
         for h in range(plan.hosts):
             self._pull(h)
@@ -172,6 +172,8 @@ class RayChunkSource:
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 self._lost(h)
                 continue
+            if not self._alive[h] and self.incarnation[h] > 0:
+                self._stats["hosts_restarted"] += 1  # a lost host delivers again
             self._alive[h] = True
             self.host_counters[h] = counters
             out.extend(self._take(h, header, fields))
@@ -242,6 +244,7 @@ class RayChunkSource:
         totals = self.host_totals()
         out = {k: int(v) for k, v in totals.items() if not k.startswith("workers_")}
         out["hosts_lost"] = self._stats["hosts_lost"]
+        out["hosts_restarted"] = self._stats["hosts_restarted"]
         return out
 
     def host_totals(self) -> dict[str, float]:
