@@ -30,8 +30,18 @@ class RunningNormalizer(nn.Module):
         n = x.shape[0]
         if n == 0:
             return
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        self.update_from_moments(x.mean(0), x.var(0, unbiased=False), n)
+
+    @torch.no_grad()
+    def update_from_moments(
+        self, batch_mean: torch.Tensor, batch_var: torch.Tensor, n: int
+    ) -> None:
+        """Merge a batch given by its mean, (biased) variance and size: what data-parallel
+        learners have after summing over ranks."""
+        if n == 0:
+            return
+        batch_mean = batch_mean.to(self.mean.dtype)
+        batch_var = batch_var.to(self.var.dtype)
         total = self.count + n
         delta = batch_mean - self.mean
         frac = (n / total).to(self.mean.dtype)

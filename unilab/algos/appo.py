@@ -46,8 +46,7 @@ class APPO(PPO):
             prox_logprob = dist.log_prob(batch["action"]).sum(-1)
             log_w = prox_logprob - batch["logprob"]
             weight = log_w.exp().clamp(max=self.cfg.max_is_weight)
-        self.actor.normalizer.update(batch["obs_policy"])
-        self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
+        self.update_normalizers(batch)
         metrics = self.optimize(batch, prox_logprob, sample_weight=weight)
         metrics["is_weight_mean"] = float(weight.mean())
         metrics["is_weight_truncated"] = float(

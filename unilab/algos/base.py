@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from unilab.algos.data_parallel import SINGLE, DataParallel
 from unilab.config.schema import AlgoConfig
 from unilab.runtime.fields import FieldSpecs, info_fields, transition_fields
 from unilab.runtime.flat_weights import actor_to_flat, flat_to_actor
@@ -35,6 +36,11 @@ class Algorithm(abc.ABC):
     off_policy: ClassVar[bool] = False
     next_obs_groups: ClassVar[tuple[str, ...]] = ("critic",)
     uses_logprob: ClassVar[bool] = True
+    supports_data_parallel: ClassVar[bool] = False
+    """True when `update` gives one process's result on the combined batch with several
+    learner processes (`unilab.algos.data_parallel`)."""
+    data_parallel: DataParallel = SINGLE
+    """Collectives over learner processes; the distributed trainer sets it."""
 
     def __init__(
         self, cfg: AlgoConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device

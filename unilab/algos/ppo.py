@@ -60,6 +60,8 @@ class PPOConfig(AlgoConfig):
 class PPO(Algorithm):
     """Proximal Policy Optimization (on-policy), synchronous batches."""
 
+    supports_data_parallel = True
+
     def __init__(
         self, cfg: PPOConfig, obs_dims: dict[str, int], action_dim: int, device: torch.device
     ) -> None:
@@ -103,9 +105,26 @@ class PPO(Algorithm):
 
     # -- update -----------------------------------------------------------------------------
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.actor.normalizer.update(batch["obs_policy"])
-        self.critic.normalizer.update(batch[f"obs_{self.critic_group}"])
+        self.update_normalizers(batch)
         return self.optimize(batch, batch["logprob"], sample_weight=None)
+
+    def update_normalizers(self, batch: dict[str, torch.Tensor]) -> None:
+        """Fold the batch's observations into the actor's and critic's normalizers (over
+        the combined batch when data-parallel)."""
+        for normalizer, group in (
+            (self.actor.normalizer, "policy"),
+            (self.critic.normalizer, self.critic_group),
+        ):
+            x = batch[f"obs_{group}"]
+            if not self.data_parallel.active:
+                normalizer.update(x)
+                continue
+            x = x.reshape(-1, x.shape[-1]).to(normalizer.mean.dtype)
+            dp = self.data_parallel
+            n = x.shape[0] * dp.world_size
+            mean = dp.all_sum(x.sum(0)) / n
+            var = dp.all_sum((x - mean).square().sum(0)) / n
+            normalizer.update_from_moments(mean, var, n)
 
     def optimize(
         self,
@@ -120,15 +139,28 @@ class PPO(Algorithm):
         cfg = self.cfg
         values, adv, returns = self.advantages(batch)
 
+        dp = self.data_parallel
+        steps, local_envs = values.shape[0], values.shape[1]
         flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
         old_values, adv, returns = values.reshape(-1), adv.reshape(-1), returns.reshape(-1)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if dp.active:  # the combined batch's mean and (unbiased) std, summed over ranks
+            n_all = adv.shape[0] * dp.world_size
+            adv_mean = dp.all_sum(adv.sum()) / n_all
+            adv_std = (dp.all_sum((adv - adv_mean).square().sum()) / (n_all - 1)).sqrt()
+            adv = (adv - adv_mean) / (adv_std + 1e-8)
+        else:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         is_weight = torch.ones_like(adv) if sample_weight is None else sample_weight.reshape(-1)
         anchor = anchor_logprob.reshape(-1)
         # The adaptive learning rate watches the KL to `kl_logprob` (default: the anchor).
         kl_ref = anchor if kl_logprob is None else kl_logprob.reshape(-1)
-        n = adv.shape[0]
+        n = adv.shape[0] * dp.world_size  # samples in the combined batch
         mb_size = max(1, n // cfg.num_minibatches)
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            # Data-parallel: this rank's share of the combined minibatch's mean.
+            return x.sum() / mb_size if dp.active else x.mean()
+
         stats: dict[str, float] = {
             "policy_loss": 0.0,
             "value_loss": 0.0,
@@ -140,14 +172,14 @@ class PPO(Algorithm):
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n - mb_size + 1, mb_size):
-                idx = perm[start : start + mb_size]
+                idx = dp.local_indices(perm[start : start + mb_size], steps, local_envs)
                 dist = self.actor.distribution(flat["obs_policy"][idx])
                 logp = dist.log_prob(flat["action"][idx]).sum(-1)
                 log_ratio = logp - anchor[idx]
                 ratio = log_ratio.exp()
                 a = adv[idx]
                 surrogate = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))
-                policy_loss = (is_weight[idx] * surrogate).mean()
+                policy_loss = mean(is_weight[idx] * surrogate)
 
                 value = self.critic(flat[f"obs_{self.critic_group}"][idx])
                 value_loss = (value - returns[idx]).square()
@@ -156,31 +188,36 @@ class PPO(Algorithm):
                         -cfg.value_clip, cfg.value_clip
                     )
                     value_loss = torch.max(value_loss, (clipped - returns[idx]).square())
-                value_loss = value_loss.mean()
-                entropy = dist.entropy().sum(-1).mean()
+                value_loss = mean(value_loss)
+                entropy = mean(dist.entropy().sum(-1))
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(
-                    [*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm
-                )
+                params = [*self.actor.parameters(), *self.critic.parameters()]
+                dp.sum_grads(params)
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.optimizer.step()
 
                 with torch.no_grad():
                     log_kl = logp.detach() - kl_ref[idx]
-                    kl = (log_kl.exp() - 1 - log_kl).mean()  # low-variance KL estimator (Schulman)
-                    self._adapt_lr(float(kl))
-                    stats["policy_loss"] += float(policy_loss)
-                    stats["value_loss"] += float(value_loss)
-                    stats["entropy"] += float(entropy)
-                    stats["kl"] += float(kl)
-                    stats["clip_frac"] += float(((ratio - 1).abs() > cfg.clip).float().mean())
+                    kl = mean(log_kl.exp() - 1 - log_kl)  # low-variance KL estimator (Schulman)
+                    clip_frac = mean(((ratio - 1).abs() > cfg.clip).float())
+                    step_stats = torch.stack(
+                        [policy_loss.detach(), value_loss.detach(), entropy.detach(), kl, clip_frac]
+                    )
+                    values_now = dp.all_sum(step_stats).tolist()  # one all-reduce per step
+                    self._adapt_lr(values_now[3])
+                    for key, value in zip(stats, values_now, strict=True):
+                        stats[key] += value
                 count += 1
         out = {k: v / max(count, 1) for k, v in stats.items()}
         out["lr"] = self.lr
         out["action_std"] = float(self.actor.log_std.detach().exp().mean())
-        out["value_mean"] = float(old_values.mean())
+        if dp.active:
+            out["value_mean"] = float(dp.all_sum(old_values.sum()) / n)
+        else:
+            out["value_mean"] = float(old_values.mean())
         return out
 
     def _adapt_lr(self, kl: float) -> None:

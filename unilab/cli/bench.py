@@ -22,6 +22,7 @@ BENCHMARKS = {
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",
+    "ray_hosts": "Ray rollout hosts on a stand-in cluster: per-chunk transport, learner cost, steps/s vs hosts",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]

@@ -312,6 +312,11 @@ def validate(cfg: Config) -> None:
             f"sim.num_envs={cfg.sim.num_envs} does not split evenly over runtime.num_workers="
             f"{cfg.runtime.num_workers}; use a multiple of the worker count"
         )
+    if cfg.runtime.backend == "ray" and cfg.runtime.num_workers % cfg.ray.hosts:
+        problems.append(
+            f"runtime.num_workers={cfg.runtime.num_workers} does not split evenly over "
+            f"ray.hosts={cfg.ray.hosts}; use a multiple of ray.hosts"
+        )
     if cfg.logging.record_store and cfg.runtime.mode == "async" and cfg.runtime.num_workers > 1:
         problems.append(
             "logging.record_store needs runtime.mode=sync or runtime.num_workers=1: async batches "

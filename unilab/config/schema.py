@@ -76,6 +76,9 @@ class RuntimeConfig:
     max_ring_mb: float = checked(1024.0, gt=0)
     """Largest shared-memory ring (MiB) a run may create; camera images make rings big
     (printed at start: workers x slots x chunk_len x envs x bytes per step)."""
+    backend: str = checked("local", choices=("local", "ray"))
+    """local: workers are processes of this machine; ray: they run on Ray rollout hosts
+    (the `ray` section; `pip install -e '.[ray]'`)."""
 
 
 @dataclass
@@ -117,6 +120,22 @@ class EvalConfig:
 
 
 @dataclass
+class RayConfig:
+    address: str = ""
+    """Ray cluster to join (ray.init(address=...)); empty: start a local one."""
+    hosts: int = checked(2, ge=1)
+    """Rollout host actors; runtime.num_workers workers are split evenly among them."""
+    num_cpus_per_host: float = checked(1.0, gt=0)
+    """CPUs each host claims from Ray (placement); its workers run inside that claim."""
+    max_restarts: int = checked(-1, ge=-1)
+    """Restarts Ray gives a lost host (-1: unlimited); each is counted."""
+    pull_timeout_s: float = checked(0.05, gt=0)
+    """Longest a host's pull waits for a chunk; new weights reach a host between pulls."""
+    object_store_mb: int = checked(256, ge=64)
+    """Object store size of a local Ray started here (not used with an address)."""
+
+
+@dataclass
 class TaskConfig:
     name: str = DEFAULT_TASK
     """Registered task name (`unilab list tasks`)."""
@@ -148,5 +167,6 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     viz: VizConfig = field(default_factory=VizConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     device: str = "auto"
     """Learner device: auto (CUDA/ROCm, then MPS, then XPU, else CPU), cpu, cuda, cuda:N, mps, xpu."""

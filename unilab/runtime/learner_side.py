@@ -175,13 +175,20 @@ class LearnerRuntime:
 
     def supervisor_stats(self) -> dict[str, int]:
         """Deaths, hangs, restarts, ... of the local workers ({} without them)."""
-        return dict(self.supervisor.stats()) if self.supervisor is not None else {}
+        if self.supervisor is not None:
+            return dict(self.supervisor.stats())
+        remote = getattr(self.source, "supervisor_stats", None)  # e.g. Ray hosts
+        return dict(remote()) if callable(remote) else {}
 
     def _errors(self) -> list[str]:
         return self.supervisor.errors if self.supervisor is not None else []
 
     def publish(self, flat: np.ndarray) -> int:
         self.version = self.weights.publish(flat)
+        # A remote source (Ray hosts) ships the weights to its own workers.
+        ship = getattr(self.source, "publish_weights", None)
+        if callable(ship):
+            ship(flat, self.version)
         return self.version
 
     def next_batch(self) -> Batch:

@@ -168,15 +168,19 @@ class WeightStore:
         """Newest complete version (0: nothing published yet)."""
         return int(self._control[_LATEST])
 
-    def publish(self, flat_params: np.ndarray) -> int:
-        """Write a new version and return its number (1, 2, ...). Single writer only."""
+    def publish(self, flat_params: np.ndarray, version: int | None = None) -> int:
+        """Write a new version and return its number (1, 2, ...). Single writer only.
+        `version` (newer than any written) numbers it as a remote learner did."""
         if not self.writer:
             raise PermissionError("this WeightStore was attached read-only (attach(writer=True))")
         if flat_params.shape != (self.num_floats,):
             raise ValueError(
                 f"publish: expected shape ({self.num_floats},), got {flat_params.shape}"
             )
-        version = self._written + 1
+        if version is None:
+            version = self._written + 1
+        elif version <= self._written:
+            raise ValueError(f"publish: version {version} is not newer than {self._written}")
         b = version & 1
         control = self._control
         control[_SEQ[b]] += 1  # odd: buffer b is being written

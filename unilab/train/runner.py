@@ -43,6 +43,7 @@ from unilab.runtime.sim_worker import pin_to_core
 from unilab.runtime.source import ChunkSource
 from unilab.runtime.torch_policy import PolicyModule
 from unilab.runtime.worker_state import find_state_file, parse_state_file, prune_state_files
+from unilab.train.distributed import SINGLE_WORLD, World
 from unilab.train.hooks import IterationInfo, RunResult, TrainHook
 from unilab.train.run_dir import RunDir, open_run_dir
 from unilab.train.run_lock import RunLock
@@ -78,6 +79,26 @@ class TaskShapes:
     """Task metric names in sorted order (the `task_metrics` field's columns)."""
 
 
+def probe_task(cfg: Config) -> TaskShapes:
+    """Build the task with one env to learn its shapes (a bad task config: ConfigError)."""
+    from unilab.tasks.registry import make_task
+
+    try:
+        probe = make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
+        probe.reset()
+    except ConfigError:
+        raise
+    except ValueError as exc:  # a task rejecting its config: before any file is written
+        raise ConfigError(f"task {cfg.task.name!r} cannot be built: {exc}") from None
+    return TaskShapes(
+        obs_dims=dict(probe.obs_dims),
+        action_dim=int(probe.action_dim),
+        metadata=probe.metadata(),
+        reward_terms=sorted(probe.reward_weights),
+        task_metrics=sorted(probe.task_metrics()),
+    )
+
+
 class Runner:
     def __init__(
         self,
@@ -85,14 +106,15 @@ class Runner:
         hooks: Iterable[TrainHook] = (),
         *,
         source: ChunkSource | None = None,
+        world: World = SINGLE_WORLD,
     ) -> None:
-        from unilab.tasks.registry import make_task
-
         self.cfg = cfg
         self.hooks: list[TrainHook] = list(hooks)
         self._source = source
+        self.world = world
+        """Learner processes (torchrun); this Runner is rank 0 (unilab.train.distributed)."""
         try:
-            self.device = select_device(cfg.device)
+            self.device = world.device if world.active else select_device(cfg.device)
         except DeviceError as exc:
             raise ConfigError(str(exc)) from None
         if self.device.type == "cpu":
@@ -103,33 +125,23 @@ class Runner:
         torch.manual_seed(cfg.run.seed)
         np.random.seed(cfg.run.seed % 2**32)
         random.seed(cfg.run.seed)
-        try:
-            probe = make_task(cfg.task, num_envs=1, seed=cfg.run.seed, sim_cfg=cfg.sim)
-            probe.reset()
-        except ConfigError:
-            raise
-        except ValueError as exc:  # a task rejecting its config: before any file is written
-            raise ConfigError(f"task {cfg.task.name!r} cannot be built: {exc}") from None
-        self.shapes = TaskShapes(
-            obs_dims=dict(probe.obs_dims),
-            action_dim=int(probe.action_dim),
-            metadata=probe.metadata(),
-            reward_terms=sorted(probe.reward_weights),
-            task_metrics=sorted(probe.task_metrics()),
-        )
-        del probe
+        self.shapes = probe_task(cfg)
         self.algo_cls: type[Algorithm] = ALGORITHMS.get(cfg.algo.name).algo_cls
         if getattr(self.algo_cls, "offline", False):
             raise ConfigError(
                 f"algo={cfg.algo.name} learns offline from an episode store; the Runner "
                 "trains from rollouts only (offline training: unilab.algos.offline.train_offline)"
             )
+        if world.active and not self.algo_cls.supports_data_parallel:
+            raise ConfigError(world.unsupported(cfg.algo.name))
         self.algo: Algorithm = self._new_algo()
         self.iteration = 0
         self.env_steps = 0
         self._lineage_restarts = 0
         """Worker restarts in this run's history up to the loaded checkpoint."""
         self._restore_iteration: int | None = None
+        self.resumed_from: Path | None = None
+        """The checkpoint `run.resume` continued from."""
         self.run: RunDir = open_run_dir(cfg)
         self._lock = RunLock(self.run.path).acquire()
         try:
@@ -141,7 +153,7 @@ class Runner:
             if removed:
                 self.notes.append(f"removed {len(removed)} leftover temp file(s) of a crashed run")
             if cfg.run.resume:
-                self.load()
+                self.resumed_from = self.load()
             # Only now: a resume that fails leaves the run's config.yaml as it was.
             atomic_write_text(self.run.config, to_yaml(cfg))
         except BaseException:
@@ -291,13 +303,24 @@ class Runner:
             restore_iteration=self._restore_iteration,
             iteration_offset=self.iteration,
             worker_target=WORKER_TARGET,
-            source=self._source,
+            source=self._source if self._source is not None else self._backend_source(),
         )
         return self.runtime
+
+    def _backend_source(self) -> ChunkSource | None:
+        """The chunk source `runtime.backend` asks for (None: the local ring)."""
+        if self.cfg.runtime.backend != "ray":
+            return None
+        from unilab.train.ray_backend import ray_source
+
+        return ray_source(
+            self.cfg, to_yaml(self.cfg), self.chunk_fields(), actor_to_flat(self.algo.actor).size
+        )
 
     # -- the loop ----------------------------------------------------------------------------
     def learn(self) -> RunResult:
         cfg = self.cfg
+        self._lead_world()
         runtime = self.build_runtime()
         prof = self.prof
         returns: deque[float] = deque(maxlen=RETURN_WINDOW)
@@ -321,10 +344,16 @@ class Runner:
                 stopped_cleanly = False
                 try:
                     runtime.publish(actor_to_flat(self.algo.actor))
-                    while self.env_steps < cfg.run.total_env_steps and not stop:
+                    while True:
                         elapsed = time.perf_counter() - t_start
-                        if cfg.run.max_wall_s and elapsed > cfg.run.max_wall_s:
-                            stop_reason = "wall_time"
+                        go_on = self.env_steps < cfg.run.total_env_steps and not stop
+                        late = bool(cfg.run.max_wall_s and elapsed > cfg.run.max_wall_s)
+                        # one vote per iteration: all learner ranks go on or all stop
+                        if not self.world.agree(go_on and not late):
+                            if late:
+                                stop_reason = "wall_time"
+                            elif go_on:
+                                stop_reason = "peer_stopped"
                             break
                         with prof.section("learner_wait"):
                             batch = runtime.next_batch()
@@ -337,7 +366,7 @@ class Runner:
                         with prof.section("publish"):
                             runtime.publish(actor_to_flat(self.algo.actor))
                         self.iteration += 1
-                        self.env_steps += batch.env_steps
+                        self.env_steps += batch.env_steps * self.world.size
                         episode = runtime.host_batch["episode_return"]
                         returns.extend(episode[np.isfinite(episode)].tolist())
                         mean_return = float(np.mean(returns)) if returns else None
@@ -397,6 +426,16 @@ class Runner:
             for hook in self.hooks:
                 hook.close()
             self.close()
+
+    def _lead_world(self) -> None:
+        """Rank 0's side of the start (the followers' is unilab.train.follower): where they
+        resume from, then the parameters and the RNG state they start with."""
+        world = self.world
+        if not world.active:
+            return
+        world.broadcast_text(str(self.resumed_from or ""))
+        world.attach(self.algo)
+        world.share_rng()
 
     def close(self) -> None:
         """Release the run directory (learn() does this when it ends)."""

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 from unilab.config.errors import ConfigError
 from unilab.config.schema import Config
+from unilab.train.distributed import env_world_size
+from unilab.train.follower import train_distributed
 from unilab.train.hooks import TrainHook
 from unilab.train.run_dir import RunDir
 from unilab.train.runner import Runner
@@ -47,13 +49,20 @@ def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHo
     return hooks
 
 
-def train(cfg: Config, hooks: Iterable[TrainHook] = ()) -> RunDir:
-    """Train, record, export and play as `cfg` says; returns the run directory.
+def train(cfg: Config, hooks: Iterable[TrainHook] = ()) -> RunDir | None:
+    """Train, record, export and play as `cfg` says; returns the run directory (None on a
+    learner rank other than 0 under torchrun: `unilab.train.follower`).
 
     A stop signal ends it with SystemExit(128 + signal) after the final checkpoint and
     summary; a failed export or play with SystemExit(1) (the checkpoint is kept).
     """
-    result = Runner(cfg, standard_hooks(cfg, hooks)).learn()
+    if env_world_size() > 1:  # under torchrun: rank 0 runs the hooks, the others follow
+        got = train_distributed(cfg, standard_hooks(cfg, hooks))
+        if got is None:
+            return None
+        result = got
+    else:
+        result = Runner(cfg, standard_hooks(cfg, hooks)).learn()
     if result.exit_code:
         raise SystemExit(result.exit_code)
     if result.problems:
