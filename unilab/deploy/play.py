@@ -72,8 +72,15 @@ def play(
     height: int = 480,
     max_steps: int | None = None,
     record: str | Path | None = None,
+    n_act: int | None = None,
+    ensemble_decay: float | None = None,
+    noise_seed: int | None = None,
 ) -> PlayResult:
-    """`record`: an episode store path; the finished episodes are appended to it."""
+    """`record`: an episode store path; the finished episodes are appended to it.
+    Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
+    ensembling (default: the policy's own settings), the flow's noise drawn from
+    `noise_seed` (default: `seed`)."""
+    from unilab.deploy.policy_source import check_fits
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -83,15 +90,7 @@ def play(
         raise ValueError(f"num_envs={envs} must be at least 1")
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
-    meta = policy.metadata
-    widths = {g: meta.obs_dims[g] for g in policy.policy.obs_groups}
-    if any(task.obs_dims.get(g) != d for g, d in widths.items()) or (
-        task.action_dim != meta.action_dim
-    ):
-        raise ValueError(
-            f"policy expects observations {widths} and {meta.action_dim} actions; task "
-            f"{task_cfg.name!r} has {task.obs_dims} and {task.action_dim}"
-        )
+    check_fits(policy, task)
     media_dir.mkdir(parents=True, exist_ok=True)
     result = PlayResult(task_cfg.name, policy.kind, policy.source, seed, envs, 0, [])
     recorder = (
@@ -134,7 +133,17 @@ def play(
         if out.terminated[0] or out.truncated[0]:
             env0_episode[0] += 1
 
-    ran = rollout(task, policy.policy, steps=limit, episodes=episodes, on_step=on_step, obs=obs)
+    ran = rollout(
+        task,
+        policy.policy,
+        steps=limit,
+        episodes=episodes,
+        on_step=on_step,
+        obs=obs,
+        n_act=n_act,
+        ensemble_decay=ensemble_decay,
+        noise_seed=seed if noise_seed is None else noise_seed,
+    )
     result.episodes = [e.to_dict() for e in ran.episodes]
     step = ran.steps
     result.steps = step
