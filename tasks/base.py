@@ -125,6 +125,10 @@ class Task(abc.ABC):
     state_attrs: ClassVar[tuple[str, ...]] = ()
     """Extra (num_envs, ...) array attributes a subclass keeps across steps (commands,
     targets): saved and restored with the task state for bit-exact resume."""
+    vocabulary: ClassVar[tuple[str, ...]] = ()
+    """Word of each instruction token id this task emits (id = index; `unilab.tasks.
+    vocabulary.WORDS` for the tabletop family); () for tasks without instructions. Policies
+    size their word embedding from it (`algo.vocab_size`) and export writes it."""
     action_dim: int
     """Set by subclasses in __init__ (usually the robot's joint count)."""
 

@@ -31,6 +31,11 @@ class TaskEntry:
         methods = {n.removeprefix("reward_") for n in dir(self.task_cls) if n.startswith("reward_")}
         return sorted(methods | set(self.task_cls.default_reward_weights))
 
+    @property
+    def vocabulary(self) -> tuple[str, ...]:
+        """The task's instruction words (id = index); () without instructions."""
+        return tuple(self.task_cls.vocabulary)
+
     def check_config(self, cfg: Any) -> list[str]:
         """Reward weights must name reward terms of this task."""
         terms = self.reward_terms()

@@ -28,7 +28,7 @@ from unilab.robots.spec import RobotSpec
 from unilab.robots.validate import validate_spec
 from unilab.sim.render import BatchRenderer, RenderSettings, camera_ids
 from unilab.tasks.base import DEPTH_PREFIX, IMAGE_PREFIX, INSTRUCTION, ObsSpec, Task
-from unilab.tasks.instructions import InstructionTable, InstructionTemplates
+from unilab.tasks.instructions import InstructionTable, InstructionTemplates, Vocabulary
 from unilab.tasks.tabletop_scene import (
     COLOUR_NAMES,
     COLOUR_RGB,
@@ -41,6 +41,7 @@ from unilab.tasks.tabletop_scene import (
     cube_name,
     touch_sensor_name,
 )
+from unilab.tasks.vocabulary import WORDS
 
 TABLETOP_ARM = replace(
     get_robot("arm"),
@@ -174,6 +175,7 @@ class TabletopTask(Task):
     templates: ClassVar[InstructionTemplates]
     num_named: ClassVar[int] = 1
     """Cubes the instruction names (cube0..); the rest are distractors."""
+    vocabulary: ClassVar[tuple[str, ...]] = WORDS
     default_reward_weights: ClassVar[dict[str, float]] = {
         "reach": 0.5,
         "place": 1.0,
@@ -240,7 +242,9 @@ class TabletopTask(Task):
             name: int(m.body_mocapid[m.body(name).id]) for name in self._mocap_names()
         }
 
-        self.instructions = InstructionTable(self.templates, cfg.instruction_length)
+        self.instructions = InstructionTable(
+            self.templates, cfg.instruction_length, Vocabulary(self.vocabulary)
+        )
         self.cube_colour = np.zeros((n, self.num_cubes), dtype=np.int64)
         """(n, cubes) palette index of each cube's colour (COLOUR_NAMES)."""
         self.instruction_index = np.zeros(n, dtype=np.int64)

@@ -23,6 +23,10 @@ class VLAConfig:
     """K: Euler steps from noise (t = 1) to actions (t = 0) at inference."""
     n_act: int = 8
     """Actions of each chunk executed before re-planning (chunked execution)."""
+    ensemble_decay: float | None = None
+    """Temporal ensembling at execution (ACT): every prediction of the current step's action
+    is averaged with weight exp(-m * i), i = 0 the oldest; None: off (execute `n_act`
+    actions of a chunk, then re-plan). Use with a small n_act (ACT re-plans every step)."""
     width: int = 128
     """Token width of the prefix transformer and the action expert."""
     heads: int = 4

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
+from unilab.policies.vla.chunking import ChunkExecutor
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sample_time, time_grid
 from unilab.policies.vla.flow_noise import Chain, NoiseHead, chain_log_prob, sample_chain
@@ -78,6 +79,19 @@ class VLAPolicy(PolicyModule):
         if self.inputs.vocab_size:
             groups.append("instruction")
         return (*groups, *self.condition_names)
+
+    @property
+    def obs_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-env shape of each observation group the policy reads (conditions aside)."""
+        spec = self.inputs
+        shapes: dict[str, tuple[int, ...]] = {}
+        if spec.proprio_dim:
+            shapes["policy"] = (spec.proprio_dim,)
+        for cam, (h, w) in spec.cameras.items():
+            shapes[f"images/{cam}"] = (h, w, 3)
+        if spec.vocab_size:
+            shapes["instruction"] = (spec.instruction_len,)
+        return shapes
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActionChunk[torch.Tensor]:
         """The protocol's rollout path: `sample` with fresh noise (zeros when deterministic)."""
@@ -378,6 +392,26 @@ class VLAPolicy(PolicyModule):
             return chunk.cpu().numpy()
 
         return plan
+
+    def executor(
+        self,
+        num_envs: int,
+        seed: int = 0,
+        n_act: int | None = None,
+        ensemble_decay: float | None = None,
+    ) -> ChunkExecutor:
+        """Chunked execution of this policy over `num_envs` envs (what rollouts use): the
+        configured `n_act` and temporal ensembling unless given, initial noise drawn from
+        `seed` (the MSE head executes its mean)."""
+        return ChunkExecutor(
+            self.planner(),
+            num_envs,
+            self.horizon,
+            self.action_dim,
+            self.cfg.n_act if n_act is None else n_act,
+            self.cfg.ensemble_decay if ensemble_decay is None else ensemble_decay,
+            seed,
+        )
 
 
 def count_parameters(module: nn.Module) -> dict[str, Any]:

@@ -115,3 +115,44 @@ def _meta(task):  # the few metadata fields a baseline reads
 
     cfg = compose([f"task={task.cfg.name}"])
     return policy_metadata(task, cfg, {})
+
+
+def test_a_vla_runs_through_its_own_executor_reproducibly_from_its_noise_seed() -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    cfg = compose(
+        [
+            *("task=arm_move_side", "task.cameras=[front]", "task.image_size=16"),
+            *("algo.model.width=16", "algo.model.heads=2", "algo.model.image_channels=[8]"),
+            *("algo.model.horizon=6", "algo.model.n_act=3", "algo.model.num_steps=2"),
+            *("algo.model.prefix_layers=0", "algo.model.expert_layers=1"),
+        ]
+    )
+    task, policy = make_task_and_policy(cfg, num_envs=2, seed=0)
+    with torch.no_grad():  # zero-initialised output layers: make the chunks depend on noise
+        for p in policy.parameters():
+            if p.abs().sum() == 0:
+                p.normal_(0.0, 0.3)
+    start = (task.sim.snapshot(), task.get_state())
+
+    def run(**kw: object) -> tuple[np.ndarray, np.ndarray]:
+        task.sim.restore(start[0])
+        task.set_state(start[1])
+        actions, planned = [], []
+
+        def keep(info: StepInfo) -> None:
+            actions.append(info.actions.copy())
+            planned.append(info.planned.copy())
+
+        rollout(task, policy, steps=9, on_step=keep, **kw)  # type: ignore[arg-type]
+        return np.stack(actions), np.stack(planned)
+
+    a, plans = run(noise_seed=5)
+    assert plans[:, 0].tolist() == [True, False, False] * 3  # n_act = 3 of H = 6
+    assert np.array_equal(a, run(noise_seed=5)[0])
+    assert not np.allclose(a, run(noise_seed=6)[0])
+    every, plans2 = run(noise_seed=5, n_act=1, ensemble_decay=0.01)
+    assert plans2.all() and not np.allclose(every, a)
+    with pytest.raises(ValueError, match="temporal ensembling needs a policy with its own"):
+        cart, mlp = make_task_and_policy(compose(["task=cartpole_balance"]), 2, 0)
+        rollout(cart, mlp, steps=2, ensemble_decay=0.01)

@@ -34,6 +34,13 @@ class Algorithm(abc.ABC):
     cfg: AlgoConfig
     actor: PolicyModule
     off_policy: ClassVar[bool] = False
+    offline: ClassVar[bool] = False
+    """Learns from an episode store, not from rollouts: the Runner runs its offline loop
+    (`unilab.train.offline_runner`) and starts no sim workers."""
+    shaped_obs: ClassVar[bool] = False
+    """`obs_dims` (of `__init__` and `build_actor`) holds every observation group's shape,
+    images and instruction ids included (`Task.observation_spec()`), not only the widths of
+    the float32 vector groups."""
     next_obs_groups: ClassVar[tuple[str, ...]] = ("critic",)
     uses_logprob: ClassVar[bool] = True
     supports_data_parallel: ClassVar[bool] = False

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from unilab.algos.base import Algorithm
+from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images
 from unilab.policies.vla.config import VLAConfig, VLAInputs
@@ -64,8 +65,9 @@ class BCConfig(AlgoConfig):
     """Validate every this many steps (and at the end)."""
     val_max_frames: int = 1024
     """Held-out frames scored per validation."""
-    vocab_size: int = 0
-    """Instruction vocabulary size (set from the task's shipped vocabulary; 0: none)."""
+    vocab_size: int = checked(0, ge=0)
+    """Instruction vocabulary size; 0 (the default) takes the task's shipped vocabulary
+    (`Task.vocabulary`) when the config is composed. Tasks without instructions: unused."""
     pad_id: int = 0
     """Padding word id of the vocabulary."""
     proprio_field: str = "obs/policy"
@@ -76,6 +78,26 @@ class BCConfig(AlgoConfig):
     """Store field of the behaviour token (read when model.n_tokens > 0)."""
     advantage_field: str = ""
     """Store field of the advantage indicator (read when model.advantage; '' = null)."""
+
+    def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
+        """Called by `compose`: the vocabulary size comes from the task's own words."""
+        if vocabulary and self.vocab_size == 0:
+            self.vocab_size = len(vocabulary)
+        return []
+
+    def problems(self) -> list[str]:
+        """Checks across fields (`compose` prefixes them with `algo.`)."""
+        out = []
+        try:
+            self.model.validate()
+        except ValueError as exc:
+            out.append(f"model: {exc}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            out.append(f"val_fraction={self.val_fraction} must be in [0, 1)")
+        for name in ("steps", "batch_size", "val_every", "val_max_frames"):
+            if getattr(self, name) < 1:
+                out.append(f"{name}={getattr(self, name)} must be at least 1")
+        return out
 
 
 def inputs_from_shapes(
@@ -115,7 +137,9 @@ class BehaviorCloning(Algorithm):
     head: ClassVar[str] = "flow"
     off_policy: ClassVar[bool] = True
     offline: ClassVar[bool] = True
-    """Learns from a store, not from rollouts (the Runner calls `train_offline`)."""
+    """Learns from a store, not from rollouts (the Runner's offline loop)."""
+    shaped_obs: ClassVar[bool] = True
+    """Built from every observation group's shape (cameras, instruction length)."""
     uses_logprob: ClassVar[bool] = False
 
     def __init__(
@@ -160,10 +184,14 @@ class BehaviorCloning(Algorithm):
         """Seed the learner's own random stream (noise, times, dropout, augmentation)."""
         self.generator.manual_seed(int(seed))
 
+    @classmethod
+    def frame_options(cls, cfg: Any) -> dict[str, Any]:
+        """How a `FrameDataset` must cut the store for this learner: action chunks of H."""
+        return {"action_horizon": int(cfg.model.horizon)}
+
     # -- frames -> observation groups ---------------------------------------------------
-    def observations(
-        self, batch: Mapping[str, torch.Tensor], augment: bool
-    ) -> dict[str, torch.Tensor]:
+    def group_fields(self) -> dict[str, str]:
+        """Policy observation group -> the store field it is read from."""
         cfg, spec = self.cfg, self.inputs
         wanted: dict[str, str] = {}
         if spec.proprio_dim:
@@ -176,6 +204,31 @@ class BehaviorCloning(Algorithm):
             wanted["token"] = cfg.token_field
         if cfg.model.advantage and cfg.advantage_field:
             wanted["advantage"] = cfg.advantage_field
+        return wanted
+
+    def required_fields(self) -> dict[str, tuple[int, ...]]:
+        """Batch entries a training batch must hold, with each item's shape: the store
+        fields of `group_fields` and the action chunk (H, A)."""
+        spec = self.inputs
+        shapes: dict[str, tuple[int, ...]] = {}
+        for group, name in self.group_fields().items():
+            if group == "policy":
+                shapes[name] = (spec.proprio_dim,)
+            elif group.startswith("images/"):
+                h, w = spec.cameras[group.removeprefix("images/")]
+                shapes[name] = (h, w, 3)
+            elif group == "instruction":
+                shapes[name] = (spec.instruction_len,)
+            else:
+                shapes[name] = ()
+        shapes["action"] = (self.cfg.model.horizon, spec.action_dim)
+        return shapes
+
+    def observations(
+        self, batch: Mapping[str, torch.Tensor], augment: bool
+    ) -> dict[str, torch.Tensor]:
+        cfg, spec = self.cfg, self.inputs
+        wanted = self.group_fields()
         missing = sorted(f for f in wanted.values() if f not in batch)
         if missing:
             raise KeyError(

@@ -8,7 +8,7 @@ task Y, with which weights" has one answer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -24,7 +24,9 @@ policy to copy (e.g. the learner's, possibly on an accelerator)."""
 
 
 class TaskShapes(Protocol):
-    """What a policy's shapes come from: a task (or anything with its observation layout)."""
+    """What a policy's shapes come from: a task (or anything with its observation layout).
+    Algorithms that read images and token ids (`Algorithm.shaped_obs`) also need every
+    group's shape: a task's `observation_spec()` or an `obs_shapes` mapping."""
 
     @property
     def obs_dims(self) -> dict[str, int]: ...
@@ -43,10 +45,28 @@ def build_policy(
     from unilab.algos.registry import ALGORITHMS
 
     entry = ALGORITHMS.get(algo_cfg.name)
-    policy = entry.algo_cls.build_actor(algo_cfg, dict(task.obs_dims), int(task.action_dim))
+    obs = policy_obs_shapes(entry.algo_cls, task)
+    policy = entry.algo_cls.build_actor(algo_cfg, obs, int(task.action_dim))
     if weights is not None:
         load_weights(policy, weights)
     return policy.eval()
+
+
+def observation_shapes(task: Any) -> dict[str, tuple[int, ...]]:
+    """Every observation group's per-env shape: a task's `observation_spec()`, or the
+    `obs_shapes` of something that carries them (the Runner's `TaskShapes`)."""
+    shapes = getattr(task, "obs_shapes", None)
+    if shapes is None:
+        shapes = {k: spec.shape for k, spec in task.observation_spec().items()}
+    return {str(k): tuple(int(d) for d in v) for k, v in dict(shapes).items()}
+
+
+def policy_obs_shapes(algo_cls: Any, task: TaskShapes) -> dict[str, Any]:
+    """What an algorithm builds its networks from: the vector groups' widths, or every
+    group's shape for algorithms that read images and token ids (`Algorithm.shaped_obs`)."""
+    if getattr(algo_cls, "shaped_obs", False):
+        return dict(observation_shapes(task))
+    return dict(task.obs_dims)
 
 
 def load_weights(policy: PolicyModule, weights: Weights) -> None:

@@ -3,15 +3,19 @@
     ds = FrameDataset(store, action_horizon=cfg.model.horizon)
     result = train_offline(learner, ds, steps=2000, on_metrics=log)
 
+    trainer = OfflineTrainer(learner, ds, seed=0)   # step by step (what the Runner drives)
+    trainer.start(); metrics = trainer.step(); val = trainer.validate(); trainer.close()
+
 Any frame source works that has `len()`, `batch(items) -> dict[str, Tensor]` and either
 `episode_of` + `indices` (as `FrameDataset`) or an `episode_index` field in its batches;
 this module does not import `unilab.data` (it sits below it in the layers).
 
 The held-out split is by episode (frames of one episode never sit on both sides),
-deterministic for a seed. Batches are drawn uniformly from the training items by the
-learner-independent `numpy` stream of `seed`, built on a background thread (`prefetch`
-batches ahead: reading images overlaps the gradient step) and moved to the learner device
-(images stay uint8 until there). `on_metrics(step, metrics)` is called every `log_every`
+deterministic for a seed. Batches are drawn uniformly from the training items; the batch
+of learner step s comes from its own `numpy` stream seeded by (seed, s), so a run resumed
+at step s draws exactly the batches the uninterrupted run would have. They are built on a
+background thread (`prefetch` batches ahead: reading images overlaps the gradient step) and
+moved to the learner device (images stay uint8 until there). `on_metrics(step, metrics)` is called every `log_every`
 steps (means over the interval) and after each validation, which runs every
 `cfg.val_every` steps and at the end: the Runner's logging, evaluation and checkpoint
 hooks attach there. Resuming continues from `learner.step`.
@@ -91,12 +95,27 @@ def _to_device(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[
     }
 
 
-class _Prefetcher:
-    """Builds batches of `items` on a thread, `depth` ahead."""
+def batch_items(items: np.ndarray, size: int, seed: int, step: int) -> np.ndarray:
+    """The (sorted) items of learner step `step`'s batch: a function of (seed, step) only."""
+    rng = np.random.default_rng([int(seed), int(step)])
+    return np.sort(rng.choice(items, size))
 
-    def __init__(self, frames: FrameSource, items: np.ndarray, size: int, seed: int, depth: int):
-        self.frames, self.items, self.size = frames, items, size
-        self.rng = np.random.default_rng(seed)
+
+class _Prefetcher:
+    """Builds the batches of steps `first_step`, `first_step + 1`, ... on a thread, `depth`
+    ahead."""
+
+    def __init__(
+        self,
+        frames: FrameSource,
+        items: np.ndarray,
+        size: int,
+        seed: int,
+        depth: int,
+        first_step: int = 0,
+    ):
+        self.frames, self.items, self.size, self.seed = frames, items, size, seed
+        self.next_step = first_step
         self.depth = depth
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
         self.stop = threading.Event()
@@ -106,7 +125,8 @@ class _Prefetcher:
             self.thread.start()
 
     def _make(self) -> dict[str, torch.Tensor]:
-        return self.frames.batch(np.sort(self.rng.choice(self.items, self.size)))
+        step, self.next_step = self.next_step, self.next_step + 1
+        return self.frames.batch(batch_items(self.items, self.size, self.seed, step))
 
     def _run(self) -> None:
         while not self.stop.is_set():
@@ -174,6 +194,63 @@ def fit_normalizers(
     learner.fit_normalizers(_to_device(frames.batch(np.sort(pick)), learner.device))
 
 
+class OfflineTrainer:
+    """One offline training session, step by step: the held-out split, normalizer
+    statistics (on a fresh learner), the batch prefetcher, `step()` and `validate()`.
+    The Runner drives it between its hooks; `train_offline` is the plain loop over it."""
+
+    def __init__(
+        self,
+        learner: BehaviorCloning,
+        frames: FrameSource,
+        *,
+        seed: int = 0,
+        prefetch: int = 2,
+        stats_frames: int = 5000,
+    ) -> None:
+        cfg = learner.cfg
+        self.learner, self.frames, self.seed = learner, frames, int(seed)
+        self.prefetch, self.stats_frames = prefetch, stats_frames
+        self.train_items, self.val_items = split_items(
+            item_episodes(frames), cfg.val_fraction, seed
+        )
+        if self.train_items.size == 0:
+            raise ValueError("no training frames: the frame source is empty")
+        self.val_items = self.val_items[: cfg.val_max_frames]
+        self.steps_done = 0
+        """Gradient steps taken in this session (a resumed learner counts on from its own)."""
+        self._loader: _Prefetcher | None = None
+
+    def start(self) -> None:
+        """Fit the normalizers (a fresh learner only) and start building batches."""
+        learner, cfg = self.learner, self.learner.cfg
+        if learner.step == 0:
+            learner.seed(self.seed)
+            fit_normalizers(learner, self.frames, self.train_items, self.stats_frames, self.seed)
+        self._loader = _Prefetcher(
+            self.frames, self.train_items, cfg.batch_size, self.seed, self.prefetch, learner.step
+        )
+
+    def step(self) -> dict[str, float]:
+        """One gradient step on the next batch; the learner's metrics."""
+        if self._loader is None:
+            raise RuntimeError("OfflineTrainer.step() before start()")
+        batch = _to_device(self._loader.next(), self.learner.device)
+        metrics = self.learner.update(batch)
+        self.steps_done += 1
+        return metrics
+
+    def validate(self) -> dict[str, float]:
+        """Held-out metrics of the EMA policy (`val_loss`, `val_action_mse`, `val_frames`);
+        {} when nothing is held out."""
+        return validate(self.learner, self.frames, self.val_items, self.learner.cfg.batch_size)
+
+    def close(self) -> None:
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+
+
 def train_offline(
     learner: BehaviorCloning,
     frames: FrameSource,
@@ -190,13 +267,9 @@ def train_offline(
     `max_seconds` passed. Normalizer statistics are fitted on a fresh learner (step 0)."""
     cfg = learner.cfg
     total = cfg.steps if steps is None else int(steps)
-    train_items, val_items = split_items(item_episodes(frames), cfg.val_fraction, seed)
-    if train_items.size == 0:
-        raise ValueError("no training frames: the frame source is empty")
-    val_items = val_items[: cfg.val_max_frames]
-    if learner.step == 0:
-        learner.seed(seed)
-        fit_normalizers(learner, frames, train_items, stats_frames, seed)
+    trainer = OfflineTrainer(
+        learner, frames, seed=seed, prefetch=prefetch, stats_frames=stats_frames
+    )
     history: list[dict[str, float]] = []
 
     def emit(record: dict[str, float]) -> None:
@@ -205,35 +278,40 @@ def train_offline(
         if on_metrics is not None:
             on_metrics(learner.step, record)
 
-    loader = _Prefetcher(frames, train_items, cfg.batch_size, seed + learner.step, prefetch)
+    trainer.start()
     sums: dict[str, float] = {}
-    count, done, t0 = 0, 0, time.perf_counter()
+    count, t0 = 0, time.perf_counter()
     try:
         while learner.step < total:
             if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                 break
-            metrics = learner.update(_to_device(loader.next(), learner.device))
-            done += 1
+            metrics = trainer.step()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
             if learner.step % log_every == 0 or learner.step == total:
                 rec = {k: v / count for k, v in sums.items()}
-                rec["samples_per_s"] = done * cfg.batch_size / (time.perf_counter() - t0)
+                rec["samples_per_s"] = (
+                    trainer.steps_done * cfg.batch_size / (time.perf_counter() - t0)
+                )
                 emit(rec)
                 sums, count = {}, 0
-            if val_items.size and learner.step % cfg.val_every == 0 and learner.step < total:
-                emit(validate(learner, frames, val_items, cfg.batch_size))
+            if (
+                trainer.val_items.size
+                and learner.step % cfg.val_every == 0
+                and learner.step < total
+            ):
+                emit(trainer.validate())
     finally:
-        loader.close()
+        trainer.close()
     seconds = time.perf_counter() - t0
-    if val_items.size:
-        emit(validate(learner, frames, val_items, cfg.batch_size))
+    if trainer.val_items.size:
+        emit(trainer.validate())
     return OfflineResult(
         steps=learner.step,
         seconds=seconds,
-        samples_per_s=done * cfg.batch_size / max(seconds, 1e-9),
-        train_items=train_items,
-        val_items=val_items,
+        samples_per_s=trainer.steps_done * cfg.batch_size / max(seconds, 1e-9),
+        train_items=trainer.train_items,
+        val_items=trainer.val_items,
         history=history,
     )

@@ -7,7 +7,7 @@ import json
 import sys
 
 from unilab.cli.options import add_overrides, positive, split_items
-from unilab.cli.play import load_target
+from unilab.cli.play import execution_arguments, execution_options, load_target
 from unilab.cli.verb import Verb
 from unilab.config.errors import ConfigError
 
@@ -33,6 +33,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         default="trained",
         help="the trained policy, or a zero / uniform random baseline",
     )
+    execution_arguments(p)
     p.add_argument("--out", help="write the JSON here instead of to stdout")
     add_overrides(p, target="RUN")
 
@@ -53,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         episodes=positive(args.episodes, "--episodes"),
         seeds=seeds,
         kind=args.policy,
+        **execution_options(args),  # type: ignore[arg-type]
     )
     text = json.dumps(report, indent=2) + "\n"
     r = report["return"]
@@ -82,7 +84,9 @@ VERBS = [
         _arguments,
         description="Run N episodes per seed (one per env, so short episodes are not "
         "over-counted); report mean and std of return and length, success rate and "
-        "termination reasons as JSON (schema unilab.eval/1, unilab/deploy/evaluate.py).",
+        "termination reasons as JSON (schema unilab.eval/1, unilab/deploy/evaluate.py). "
+        "Chunked policies (the VLA) execute n_act actions per chunk (--n-act, "
+        "--ensemble-decay); the flow's noise of each seed's episodes comes from that seed.",
         order=12,
     )
 ]

@@ -15,6 +15,33 @@ if TYPE_CHECKING:
     from unilab.deploy.policy_source import LoadedPolicy
 
 
+def execution_arguments(p: argparse.ArgumentParser) -> None:
+    """How a chunked policy (the VLA) executes its chunks."""
+    p.add_argument(
+        "--n-act",
+        type=int,
+        default=None,
+        help="chunked policies: actions executed per chunk before re-planning (default: "
+        "the policy's own n_act)",
+    )
+    p.add_argument(
+        "--ensemble-decay",
+        type=float,
+        default=None,
+        help="chunked policies: temporal ensembling with weights exp(-m i) (ACT; default: "
+        "the policy's own setting, usually off)",
+    )
+
+
+def execution_options(args: argparse.Namespace) -> dict[str, float | int | None]:
+    """The keyword arguments of play/evaluate for `execution_arguments`, checked."""
+    if args.n_act is not None and args.n_act < 1:
+        raise ConfigError(f"--n-act={args.n_act} must be at least 1")
+    if args.ensemble_decay is not None and args.ensemble_decay != args.ensemble_decay:
+        raise ConfigError("--ensemble-decay must be a number")
+    return {"n_act": args.n_act, "ensemble_decay": args.ensemble_decay}
+
+
 def rollout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=1, help="episodes to run")
     p.add_argument(
@@ -25,6 +52,13 @@ def rollout_arguments(p: argparse.ArgumentParser) -> None:
         "filmed and recorded",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated task")
+    p.add_argument(
+        "--noise-seed",
+        type=int,
+        default=None,
+        help="chunked policies: seed of the flow's sampling noise (default: --seed)",
+    )
+    execution_arguments(p)
     p.add_argument(
         "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
     )
@@ -105,6 +139,8 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         width=args.width,
         height=args.height,
         record=record[-1] if record else None,
+        noise_seed=args.noise_seed,
+        **execution_options(args),  # type: ignore[arg-type]
     )
     if record:
         print(f"recorded {len(result.recorded_episodes)} episodes to {record[-1]}")

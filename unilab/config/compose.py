@@ -263,13 +263,22 @@ def compose(tokens: list[str], base: dict[str, Any] | None = None) -> Config:
     if problems:
         raise ConfigError(problems)
     config = _to_object(cfg)
-    problems = config_problems(config)
+    problems = _adopt_task(config, task_entry)
+    problems += config_problems(config)
     problems += task_entry.check_config(config.task)
     problems += algo_entry.check_config(config.algo)
     if problems:
         raise ConfigError(problems)
     validate(config)
     return config
+
+
+def _adopt_task(cfg: Config, task_entry: Any) -> list[str]:
+    """Algorithm settings the chosen task fixes, so nobody sets them by hand: an algorithm
+    config with a method `adopt_task(vocabulary) -> problems` takes the task's instruction
+    words (e.g. the VLA's `algo.vocab_size`)."""
+    adopt = getattr(cfg.algo, "adopt_task", None)
+    return list(adopt(tuple(task_entry.vocabulary))) if callable(adopt) else []
 
 
 def _to_object(cfg: DictConfig) -> Config:

@@ -21,7 +21,8 @@ class RunConfig:
     seed: int = 0
     """Seed of the run; worker w uses seed + w, restarts add 1000 per restart."""
     total_env_steps: int = checked(2_000_000, ge=1)
-    """Stop after this many environment steps (summed over all envs)."""
+    """Stop after this many environment steps (summed over all envs). Offline algorithms
+    (bc_flow, bc_mse) step no envs: they stop after `algo.steps` gradient steps."""
     max_wall_s: float = checked(0.0, ge=0)
     """Stop after this many seconds of wall time; 0 means no limit."""
     out_dir: str = "runs"
@@ -31,7 +32,8 @@ class RunConfig:
     resume: str | None = None
     """A run directory to continue from its newest good checkpoint."""
     checkpoint_every: int = checked(50, ge=1)
-    """Write a checkpoint every N learner iterations (and always at the end)."""
+    """Write a checkpoint every N learner iterations (offline algorithms: gradient steps),
+    and always at the end."""
     export: bool = True
     """Export the policy (ONNX and TorchScript) at the end of training."""
     play_episodes: int = checked(1, ge=0)
@@ -70,6 +72,9 @@ class RuntimeConfig:
     """A worker whose heartbeat is older than this is treated as hung and replaced."""
     wait_timeout_s: float = checked(60.0, gt=0)
     """Longest the learner waits for a chunk before it reports the runtime stalled."""
+    learner_threads: int = checked(0, ge=0)
+    """torch intra-op threads of the learner process; 0: the cores the sim workers leave
+    free (offline algorithms, which run no workers: every core)."""
     debug_poison: bool = False
     """Debug: workers refill a ring slot with poison (NaN) each time they take it, so a
     field a worker leaves unwritten shows up, and the learner's chunk check drops it."""
@@ -112,9 +117,11 @@ class VizConfig:
 @dataclass
 class EvalConfig:
     every: int = 0
-    """During training, evaluate the current policy every N learner iterations (0: never)."""
+    """During training, evaluate the current policy every N learner iterations (offline
+    algorithms: gradient steps); 0: never."""
     episodes: int = 16
-    """Episodes per evaluation: one per env, deterministic actions, the same start states."""
+    """Episodes per evaluation: one per env, deterministic actions (chunked policies: noise
+    drawn from `seed`), the same start states."""
     seed: int = 12345
     """Seed of the evaluation task (apart from the training envs)."""
 
@@ -133,6 +140,17 @@ class RayConfig:
     """Longest a host's pull waits for a chunk; new weights reach a host between pulls."""
     object_store_mb: int = checked(256, ge=64)
     """Object store size of a local Ray started here (not used with an address)."""
+
+
+@dataclass
+class DataConfig:
+    store: str | None = None
+    """Episode store an offline algorithm (bc_flow, bc_mse) trains from: a directory written
+    by the scripted experts, `unilab play ... record=`, HIL sessions or `unilab data
+    import-lerobot`. Frames need the fields the policy reads (obs/policy, images/<camera>,
+    obs/instruction) and `action`."""
+    prefetch: int = checked(2, ge=0)
+    """Offline training: batches built ahead on a background thread (0: in the loop)."""
 
 
 @dataclass
@@ -168,5 +186,6 @@ class Config:
     viz: VizConfig = field(default_factory=VizConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     device: str = "auto"
     """Learner device: auto (CUDA/ROCm, then MPS, then XPU, else CPU), cpu, cuda, cuda:N, mps, xpu."""

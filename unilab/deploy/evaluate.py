@@ -22,6 +22,9 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
                         "success_rate", "termination_reasons"}, ...]
     episodes          [{"seed", "env", "return", "length", "success", "reasons"}, ...]
     wall_s            float
+    execution         (optional, chunked policies) {"n_act", "ensemble_decay",
+                      "noise_seed": "seed"}: how chunks were executed; the flow's noise of
+                      each seed's episodes is drawn from that seed
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ def evaluate(
     episodes: int = 10,
     seeds: Sequence[int] = (0,),
     kind: str = "trained",
+    n_act: int | None = None,
+    ensemble_decay: float | None = None,
 ) -> dict[str, Any]:
+    """Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
+    ensembling (default: the policy's own settings); the noise seed is the task seed."""
+    from unilab.runtime.torch_policy import own_executor
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -67,12 +75,16 @@ def evaluate(
     for seed in seeds:
         chosen = baseline_policy(kind, policy, seed).policy
         task = make_task(task_cfg, num_envs=episodes, seed=int(seed), sim_cfg=sim_cfg)
+        chunked = own_executor(chosen) is not None
         result = rollout(
             task,
             chosen,
             episodes=episodes,
             one_per_env=True,
             steps=task.max_episode_steps + 1,
+            n_act=n_act if chunked else None,
+            ensemble_decay=ensemble_decay if chunked else None,
+            noise_seed=int(seed),
         )
         has_success = has_success or result.has_success
         rows.extend({"seed": int(seed), **e.to_dict()} for e in result.episodes)
@@ -91,6 +103,14 @@ def evaluate(
         "episodes": rows,
         "wall_s": time.perf_counter() - t0,
     }
+    executor = own_executor(policy.policy) if kind == "trained" else None
+    if executor is not None:
+        probe = executor.executor(1, n_act=n_act, ensemble_decay=ensemble_decay)
+        report["execution"] = {
+            "n_act": int(getattr(probe, "n_act", n_act or 0)),
+            "ensemble_decay": getattr(probe, "ensemble_decay", ensemble_decay),
+            "noise_seed": "seed",
+        }
     validate_report(report)
     return report
 

@@ -47,6 +47,10 @@ SAFETY_STOPS = (BAD_ACTION, BAD_OBSERVATION, ERROR)
 """Stop reasons that mean the robot was stopped for its safety (exit EXIT_SAFETY_STOP)."""
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
+"""The `obs_group` vector (obs_dim,) -> one (action_dim,) action."""
+ObservationPolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
+"""The robot's whole observation {group: array} (images, instruction ids) -> one action;
+with `run_deploy(..., full_observation=True)` (the VLA: `unilab.deploy.vla_deploy`)."""
 
 
 @dataclass
@@ -226,7 +230,7 @@ def _sigterm_flag() -> Iterator[list[int]]:
 
 
 def run_deploy(
-    policy: PolicyFn,
+    policy: PolicyFn | ObservationPolicyFn,
     robot: Robot,
     *,
     obs_group: str,
@@ -238,8 +242,13 @@ def run_deploy(
     limits: SafetyLimits | None = None,
     obs_dim: int | None = None,
     spin_s: float = 3e-4,
+    full_observation: bool = False,
 ) -> DeployReport:
     """Run `steps` control ticks; `speed` > 1 runs faster than real time (simulated robots).
+
+    `full_observation`: the policy takes the robot's whole observation dict (an
+    `ObservationPolicyFn`: camera images, instruction ids); the `obs_group` vector is still
+    the one the safety checks read before the policy sees anything.
 
     `limits` (see `SafetyLimits.from_metadata`) default to `max_action` (3 × action_clip
     when None) with no rate limit and no observation bounds. `obs_dim`: the width of the
@@ -274,7 +283,8 @@ def run_deploy(
                     overruns += 1
                     start += late[k]  # restart the schedule here rather than rushing
                 stage = "observe"
-                obs = np.asarray(robot.observe()[obs_group], dtype=np.float32)
+                observation = robot.observe()
+                obs = np.asarray(observation[obs_group], dtype=np.float32)
                 if obs_dim is None:
                     obs_dim = int(obs.shape[0]) if obs.ndim == 1 else -1
                 problem = bad_observation_reason(obs, obs_dim, limits)
@@ -282,7 +292,8 @@ def run_deploy(
                     reason, detail = BAD_OBSERVATION, f"step {k}: {problem}"
                     break
                 stage = "policy"
-                action = np.asarray(policy(obs)).astype(np.float32)
+                given: Any = observation if full_observation else obs
+                action = np.asarray(policy(given)).astype(np.float32)
                 problem = bad_action_reason(action, action_dim, limits.max_action)
                 if problem is not None:
                     reason, detail = BAD_ACTION, f"step {k}: {problem}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from unilab.deploy.onnx_session import is_vla, open_session
 from unilab.export.metadata import OUTPUT_NAME, MetadataError, PolicyMetadata
 from unilab.runtime.policy import ActionChunk
 
@@ -23,19 +24,16 @@ class OnnxPolicy:
     """One intra-op thread: a control loop wants low latency, not throughput, and must not
     compete with the simulator for cores."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
+    def __init__(
+        self, path: Path, threads: int = 1, session: ort.InferenceSession | None = None
+    ) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise MetadataError(f"policy file not found: {self.path}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        try:
-            self.session = ort.InferenceSession(
-                str(self.path), options, providers=["CPUExecutionProvider"]
+        self.session = session if session is not None else open_session(self.path, threads)
+        if is_vla(self.session):
+            raise MetadataError(
+                f"{self.path} is an exported VLA: run it with "
+                "unilab.deploy.vla_onnx_policy.OnnxVLAPolicy (load_onnx_policy picks it)"
             )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise MetadataError(f"{self.path} is not a readable ONNX model: {exc}") from None
         props = dict(self.session.get_modelmeta().custom_metadata_map)
         self.metadata = PolicyMetadata.from_props(props, source=str(self.path))
         self.inputs = self.metadata.graph_inputs

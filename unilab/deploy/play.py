@@ -105,19 +105,9 @@ def _actor(policy: LoadedPolicy | ExpertSource, task: Task, seed: int) -> Policy
         seeds = _seed_counter(seed)
         task.episode_seeder = lambda ids: np.array([next(seeds) for _ in ids], np.int64)
         return ExpertPolicy(make_expert(task, seed=seed))
-    meta = policy.metadata
-    spec = task.observation_spec()
-    vectors = [g for g in policy.policy.obs_groups if g in meta.obs_dims]
-    missing = [g for g in policy.policy.obs_groups if g not in spec]
-    wrong = [g for g in vectors if g in spec and spec[g].shape != (meta.obs_dims[g],)]
-    if missing or wrong or task.action_dim != meta.action_dim:
-        widths = {g: meta.obs_dims[g] for g in vectors}
-        groups = {g: s.shape for g, s in spec.items()}
-        raise ValueError(
-            f"policy expects observations {widths} (groups {list(policy.policy.obs_groups)}) "
-            f"and {meta.action_dim} actions; task {task.cfg.name!r} has {groups} and "
-            f"{task.action_dim}"
-        )
+    from unilab.deploy.policy_source import check_fits
+
+    check_fits(policy, task)
     return policy.policy
 
 
@@ -138,8 +128,14 @@ def play(
     height: int = 480,
     max_steps: int | None = None,
     record: str | Path | None = None,
+    n_act: int | None = None,
+    ensemble_decay: float | None = None,
+    noise_seed: int | None = None,
 ) -> PlayResult:
-    """`record`: an episode store path; the finished episodes are appended to it."""
+    """`record`: an episode store path; the finished episodes are appended to it.
+    Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
+    ensembling (default: the policy's own settings), the flow's noise drawn from
+    `noise_seed` (default: `seed`)."""
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -195,7 +191,17 @@ def play(
             env0_episode[0] += 1
 
     try:
-        ran = rollout(task, actor, steps=limit, episodes=episodes, on_step=on_step, obs=obs)
+        ran = rollout(
+            task,
+            actor,
+            steps=limit,
+            episodes=episodes,
+            on_step=on_step,
+            obs=obs,
+            n_act=n_act,
+            ensemble_decay=ensemble_decay,
+            noise_seed=seed if noise_seed is None else noise_seed,
+        )
     finally:
         task.close()
     result.episodes = [e.to_dict() for e in ran.episodes]

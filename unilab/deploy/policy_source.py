@@ -1,5 +1,6 @@
 """Where `play` and `eval` get a policy: a run directory (torch, newest good checkpoint),
-an exported `.onnx` (onnxruntime), or a baseline (zero or uniform random actions).
+an exported `.onnx` (onnxruntime: an MLP policy, or a VLA with its chunk executor), or a
+baseline (zero or uniform random actions).
 
 Every one is a `unilab.runtime.policy.Policy[numpy.ndarray]` (numpy observation groups in,
 an action chunk out), deterministic except for the random baseline, and runs through
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,10 +56,41 @@ def load_policy(target: Path) -> LoadedPolicy:
 
 
 def _onnx(path: Path) -> LoadedPolicy:
+    from unilab.deploy.onnx_session import is_vla, open_session
+
+    session = open_session(path)
+    if is_vla(session):
+        from unilab.deploy.vla_onnx_policy import OnnxVLAPolicy
+
+        vla = OnnxVLAPolicy(path, session=session)
+        if vla.robot is None:
+            raise PolicyLoadError(
+                f"{path} is a VLA exported without robot/task metadata; export the run with "
+                "`unilab export RUN` to play or evaluate it in simulation"
+            )
+        return LoadedPolicy(vla, vla.robot, str(path))
     from unilab.deploy.onnx_policy import OnnxPolicy
 
-    policy = OnnxPolicy(path)
+    policy = OnnxPolicy(path, session=session)
     return LoadedPolicy(policy, policy.metadata, str(path))
+
+
+def check_fits(loaded: LoadedPolicy, task: Any) -> None:
+    """A ValueError naming both sides unless `task` provides every observation group the
+    policy reads, in the shape it reads it, and takes its action width."""
+    meta, policy = loaded.metadata, loaded.policy
+    spec = {k: tuple(v.shape) for k, v in task.observation_spec().items()}
+    inner = getattr(policy, "policy", policy)  # a NumpyPolicy's torch policy
+    shapes = dict(getattr(inner, "obs_shapes", None) or {})
+    for group in policy.obs_groups:
+        if group not in shapes and group in meta.obs_dims:
+            shapes[group] = (int(meta.obs_dims[group]),)
+    wrong = {g: s for g, s in shapes.items() if spec.get(g) != s}
+    if wrong or task.action_dim != meta.action_dim:
+        raise ValueError(
+            f"policy expects observations {shapes} and {meta.action_dim} actions; task "
+            f"{task.cfg.name!r} has {spec} and {task.action_dim}"
+        )
 
 
 def _checkpoint(run_dir: Path) -> LoadedPolicy:

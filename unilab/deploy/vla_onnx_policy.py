@@ -5,6 +5,10 @@ executed step by step through the same `ChunkExecutor` as play and eval.
     executor = policy.executor(num_envs=1, seed=0)
     action = executor({"policy": q, "images/front": rgb, "instruction": ids})  # (1, A)
 
+`OnnxVLAPolicy` is also a `unilab.runtime.policy.Policy[numpy.ndarray]` with its own
+executor (`ChunkedPolicy`), so `unilab play` / `unilab eval` run an exported VLA through
+the same rollout helper as the torch one.
+
 Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and `token` /
 `advantage` when the model has them; missing conditions are fed as null, -1).
 """
@@ -17,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from unilab.deploy.onnx_session import open_session
 from unilab.export.metadata import MetadataError, PolicyMetadata
 from unilab.export.vla_metadata import ACTIONS_OUTPUT, NOISE_INPUT, VLAMetadata, input_name
 from unilab.policies.vla.chunking import ChunkExecutor
+from unilab.runtime.policy import ActionChunk
 
 
 class OnnxVLAPolicy:
@@ -27,19 +33,11 @@ class OnnxVLAPolicy:
     intra-op thread by default: a control loop wants latency and must leave cores to the
     simulator or the robot driver."""
 
-    def __init__(self, path: Path | str, threads: int = 1) -> None:
+    def __init__(
+        self, path: Path | str, threads: int = 1, session: ort.InferenceSession | None = None
+    ) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise MetadataError(f"policy file not found: {self.path}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        try:
-            self.session = ort.InferenceSession(
-                str(self.path), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise MetadataError(f"{self.path} is not a readable ONNX model: {exc}") from None
+        self.session = session if session is not None else open_session(self.path, threads)
         props = dict(self.session.get_modelmeta().custom_metadata_map)
         self.metadata = VLAMetadata.from_props(props, source=str(self.path))
         self.robot: PolicyMetadata | None = (
@@ -63,9 +61,48 @@ class OnnxVLAPolicy:
             ["advantage"] if meta.advantage else []
         )
 
+        self._rng = np.random.default_rng(0)
+
     @property
     def horizon(self) -> int:
         return self.metadata.horizon
+
+    # -- the Policy protocol (numpy) --------------------------------------------------------
+    @property
+    def obs_groups(self) -> tuple[str, ...]:
+        return tuple(self.obs_keys)
+
+    @property
+    def action_horizon(self) -> int:
+        return self.metadata.horizon
+
+    @property
+    def obs_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-env shape of each observation group the graph reads."""
+        meta = self.metadata
+        shapes: dict[str, tuple[int, ...]] = {}
+        if meta.proprio_dim:
+            shapes["policy"] = (meta.proprio_dim,)
+        for cam, (h, w) in meta.cameras.items():
+            shapes[f"images/{cam}"] = (int(h), int(w), 3)
+        if meta.vocab_size:
+            shapes["instruction"] = (meta.instruction_len,)
+        return shapes
+
+    def act(
+        self, obs: Mapping[str, np.ndarray], deterministic: bool = True
+    ) -> ActionChunk[np.ndarray]:
+        """One chunk per env: from zero noise when deterministic, else from this policy's
+        own seeded stream (the executor draws its noise from its seed instead)."""
+        n = int(np.asarray(obs[self.obs_keys[0]]).shape[0])
+        noise = None
+        if not deterministic:
+            shape = (n, self.metadata.horizon, self.metadata.action_dim)
+            noise = self._rng.standard_normal(shape, dtype=np.float32)
+        return ActionChunk(self.plan(obs, noise))
+
+    def act_inference(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self.plan(obs)
 
     @property
     def action_dim(self) -> int:

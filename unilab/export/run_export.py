@@ -1,14 +1,21 @@
 """`unilab export <run dir>`: newest good checkpoint → export/policy.onnx, policy.pt, metadata.json.
 
-The three files are written into `export/.exporting-<pid>/` first. There onnxruntime is run
+The files are written into `export/.exporting-<pid>/` first. There onnxruntime is run
 against the torch policy on random observations spread around the normalizer's statistics;
-a disagreement above `TOLERANCE` fails the export. Only a checked export replaces the
+a disagreement above `TOLERANCE` fails the export.
+
+A VLA run (bc_flow, bc_mse) exports one graph with the K Euler steps inside and the noise
+as an input (`unilab.export.vla_onnx`; onnxruntime and torch are compared on the same
+noise), its metadata (robot/task keys plus the VLA record: cameras and sizes, vocabulary,
+H, K, n_act, ensembling) and metadata.json; no TorchScript file, since ONNX expresses the
+whole policy and `unilab deploy` runs it without torch. Only a checked export replaces the
 previous files (each fsynced and renamed into place), so a failed or interrupted export
 leaves the last good one; `remove_leftovers` cleans a crashed export's folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,8 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from unilab.export.onnx_export import ExportError, export_onnx, onnx_max_abs_diff
-from unilab.export.run_policy import load_run_policy
+from unilab.export.run_policy import RunPolicy, load_run_policy
 from unilab.export.torchscript_export import export_torchscript
+from unilab.export.vla_metadata import VLA_KEY
+from unilab.export.vla_onnx import export_checked, vla_metadata
+from unilab.policies.vla.policy import VLAPolicy
 from unilab.runtime.torch_policy import PolicyModule
 from unilab.utils.atomic import fsync_dir, fsync_file, remove_leftovers
 
@@ -28,7 +38,8 @@ METADATA_NAME = "metadata.json"
 
 
 def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
-    """Export a run's policy; returns {"onnx": ..., "torchscript": ..., "metadata": ...}.
+    """Export a run's policy; returns {"onnx": ..., "torchscript": ..., "metadata": ...}
+    ("torchscript" only for the MLP policies).
 
     `out_dir` defaults to `<run_dir>/export`. Raises `RunDirError` (no usable run or
     checkpoint) or `ExportError` (the exporter failed or its graph disagrees with torch).
@@ -42,23 +53,12 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        meta = policy.metadata
-        onnx_path = export_onnx(policy.actor, meta, staging / ONNX_NAME)
-        probe = probe_observations(policy.actor, meta.obs_dims, 256)
-        diff = onnx_max_abs_diff(onnx_path, policy.actor, probe, meta)
-        if not diff <= TOLERANCE:
-            raise ExportError(
-                f"{out / ONNX_NAME}: onnxruntime and torch disagree by {diff:.3g} "
-                f"(> {TOLERANCE}) on random observations; the previous export is kept"
-            )
-        export_torchscript(policy.actor, meta, staging / TORCHSCRIPT_NAME)
-        (staging / METADATA_NAME).write_text(meta.to_json() + "\n")
+        if isinstance(policy.actor, VLAPolicy):
+            kinds = _export_vla(policy, staging, out)
+        else:
+            kinds = _export_mlp(policy, staging, out)
         written = {}
-        for kind, name in (
-            ("onnx", ONNX_NAME),
-            ("torchscript", TORCHSCRIPT_NAME),
-            ("metadata", METADATA_NAME),
-        ):
+        for kind, name in kinds:
             fsync_file(staging / name)
             os.replace(staging / name, out / name)
             written[kind] = out / name
@@ -66,6 +66,43 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _export_vla(policy: RunPolicy, staging: Path, out: Path) -> list[tuple[str, str]]:
+    actor = policy.actor
+    assert isinstance(actor, VLAPolicy)
+    size = actor.inputs.vocab_size
+    vocabulary = list(policy.vocabulary[:size]) if len(policy.vocabulary) >= size else []
+    meta = policy.metadata
+    try:
+        _, diff = export_checked(
+            actor,
+            staging / ONNX_NAME,
+            probes=64,
+            base=meta,
+            vocabulary=vocabulary,
+        )
+    except ExportError as exc:
+        raise ExportError(f"{out / ONNX_NAME}: {exc}; the previous export is kept") from None
+    record = json.loads(vla_metadata(actor, vocabulary=vocabulary).to_json())
+    doc = {**json.loads(meta.to_json()), VLA_KEY: record, "onnx_max_abs_diff": diff}
+    (staging / METADATA_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+    return [("onnx", ONNX_NAME), ("metadata", METADATA_NAME)]
+
+
+def _export_mlp(policy: RunPolicy, staging: Path, out: Path) -> list[tuple[str, str]]:
+    meta = policy.metadata
+    onnx_path = export_onnx(policy.actor, meta, staging / ONNX_NAME)
+    probe = probe_observations(policy.actor, meta.obs_dims, 256)
+    diff = onnx_max_abs_diff(onnx_path, policy.actor, probe, meta)
+    if not diff <= TOLERANCE:
+        raise ExportError(
+            f"{out / ONNX_NAME}: onnxruntime and torch disagree by {diff:.3g} "
+            f"(> {TOLERANCE}) on random observations; the previous export is kept"
+        )
+    export_torchscript(policy.actor, meta, staging / TORCHSCRIPT_NAME)
+    (staging / METADATA_NAME).write_text(meta.to_json() + "\n")
+    return [("onnx", ONNX_NAME), ("torchscript", TORCHSCRIPT_NAME), ("metadata", METADATA_NAME)]
 
 
 def probe_observations(

@@ -35,6 +35,8 @@ class RunPolicy:
     checkpoint: Path
     skipped: list[str]
     """One message per newer checkpoint that could not be read."""
+    vocabulary: tuple[str, ...] = ()
+    """The task's instruction words (id = index), for policies that read instructions."""
 
 
 def load_run_policy(run_dir: Path) -> RunPolicy:
@@ -59,7 +61,7 @@ def load_run_policy(run_dir: Path) -> RunPolicy:
         "env_steps": int(state["env_steps"]),
     }
     meta = policy_metadata(task, cfg, checkpoint, actor)
-    return RunPolicy(actor, cfg, meta, path, skipped)
+    return RunPolicy(actor, cfg, meta, path, skipped, tuple(task.vocabulary))
 
 
 def make_probe_task(cfg: Config) -> Task:
@@ -72,11 +74,15 @@ def policy_metadata(
     task: Task, cfg: Config, checkpoint: dict[str, Any], policy: PolicyModule | None = None
 ) -> PolicyMetadata:
     """Export metadata from a live task (its `metadata()` plus the robot spec's limits) and
-    the policy's graph signature (its observation groups and chunk length)."""
+    the policy's graph signature (its observation groups and chunk length). A policy that
+    also reads images and instruction ids (the VLA) has its graph inputs in its own record
+    (`unilab.export.vla_metadata`); here its vector groups keep their names as inputs."""
     from unilab.export.onnx_export import graph_input_names
 
     groups = policy.obs_groups if policy is not None else ("policy",)
     base = task.metadata()
+    vectors = [g for g in groups if g in base["obs_dims"]]
+    inputs = graph_input_names(groups) if len(vectors) == len(groups) else {g: g for g in vectors}
     spec = task.robot
     names = getattr(task, "obs_names", None)
     obs_names = names() if callable(names) else names
@@ -96,8 +102,8 @@ def policy_metadata(
         joint_upper=[float(x) for x in spec.joint_upper],
         obs_dims={str(k): int(v) for k, v in base["obs_dims"].items()},
         action_dim=int(task.action_dim),
-        obs_group=groups[0] if len(groups) == 1 else "policy",
-        input_groups=graph_input_names(groups),
+        obs_group=vectors[0] if len(vectors) == 1 else "policy",
+        input_groups=inputs,
         action_horizon=int(policy.action_horizon) if policy is not None else 1,
         obs_names={str(k): [str(n) for n in v] for k, v in (obs_names or {}).items()},
         task_config=_plain(cfg.task),

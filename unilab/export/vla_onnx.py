@@ -6,8 +6,9 @@ Inputs (batch axis symbolic): `policy` float32 (N, d), `image_<cam>` uint8 (N, H
 Output `actions` float32 (N, H, A) in task units. The flow head's graph holds the prefix
 encoder once and K unrolled action-expert steps (the prefix keys/values computed once),
 guidance included when the model is configured with it, action normalization included; so
-onnxruntime and torch agree for the same noise. The exporter is torch's `torch.export`
-path (opset 18), as for the MLP policies (docs/decisions/0007-export-format.md).
+onnxruntime and torch agree for the same noise. The default exporter is torch's
+TorchScript-based one (opset 17; `EXPORTERS` says why), not the `torch.export` path the MLP
+policies use (docs/decisions/0007-export-format.md, 0041-vla-architecture.md).
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def example_inputs(policy: VLAPolicy, batch: int = 2, seed: int = 0) -> dict[str
         out[name] = torch.randint(-1, cond.num_values, (batch,), generator=gen)
     if policy.head == "flow":
         out[NOISE_INPUT] = torch.randn(batch, policy.horizon, policy.action_dim, generator=gen)
+    return out
+
+
+def probe_inputs(policy: VLAPolicy, batch: int = 64, seed: int = 1) -> dict[str, torch.Tensor]:
+    """`example_inputs` with proprioception spread around the policy's own normalizer
+    statistics (3 std wide), so a trained policy is checked where it operates."""
+    out = example_inputs(policy, batch, seed)
+    if "policy" in out:
+        norm = policy.prefix.proprio_norm
+        std = torch.sqrt(norm.var + norm.eps)
+        gen = torch.Generator().manual_seed(seed + 1)
+        noise = torch.randn(out["policy"].shape, generator=gen)
+        out["policy"] = (norm.mean + 3.0 * std * noise).to(torch.float32)
     return out
 
 
@@ -238,7 +252,7 @@ def export_checked(
     """Export, then compare onnxruntime with torch on random inputs; ExportError above
     `TOLERANCE`. -> (path, max abs difference)."""
     out = export_vla_onnx(policy, path, **kwargs)  # type: ignore[arg-type]
-    diff = vla_onnx_max_abs_diff(out, policy, example_inputs(policy, probes, seed=1))
+    diff = vla_onnx_max_abs_diff(out, policy, probe_inputs(policy, probes, seed=1))
     if not diff <= TOLERANCE:
         raise ExportError(f"{out}: onnxruntime and torch disagree by {diff:.3g} (> {TOLERANCE})")
     return out, diff

@@ -20,7 +20,10 @@ The protocol is generic in the array type: torch actors are ``Policy[torch.Tenso
 adapts a torch policy to numpy for the rollout helpers.
 
 A chunked policy (H > 1) executes ``n_act <= H`` actions of a chunk before it plans again;
-`ActionQueue` does that bookkeeping per env for a batch (and for one robot, N = 1).
+`ActionQueue` does that bookkeeping per env for a batch (and for one robot, N = 1). A
+policy may bring its own executor (`ChunkedPolicy`: the VLA, whose executor re-plans only
+the envs that need it, draws the flow's noise from a seed and can ensemble chunks over
+time); the rollout helpers then use it instead of `ActionQueue`.
 
 This module imports neither torch nor the task stack: the deploy side reads it with only
 numpy and onnxruntime installed.
@@ -71,6 +74,39 @@ class Policy(Protocol[ArrayT]):
 
     def act_inference(self, obs: Mapping[str, ArrayT]) -> ArrayT:
         """Deterministic actions (N, H, action_dim): the path export traces."""
+        ...
+
+
+class StepExecutor(Protocol):
+    """Turns a chunked policy into one action per env step (`ChunkedPolicy.executor`)."""
+
+    @property
+    def replanned(self) -> np.ndarray:
+        """(N,) bool: envs that got a new chunk at the last call."""
+        ...
+
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(N, action_dim) float32 actions of this step."""
+        ...
+
+    def reset(self, envs: np.ndarray | None = None) -> None:
+        """These envs (all when None) started new episodes: they plan at their next step."""
+        ...
+
+
+@runtime_checkable
+class ChunkedPolicy(Protocol):
+    """A policy with its own chunk executor (numpy in, numpy out)."""
+
+    def executor(
+        self,
+        num_envs: int,
+        seed: int = 0,
+        n_act: int | None = None,
+        ensemble_decay: float | None = None,
+    ) -> StepExecutor:
+        """An executor for `num_envs` envs: `n_act` actions per chunk and temporal
+        ensembling decay (None: the policy's own settings), noise drawn from `seed`."""
         ...
 
 

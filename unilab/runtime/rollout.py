@@ -2,7 +2,10 @@
 
 Both drive the task through the one policy contract (`unilab.runtime.policy.Policy`) and
 execute action chunks with `ActionQueue`: each env takes `n_act` actions of a chunk before
-the policy plans again for it (MLP actors: H = n_act = 1, a plain step loop).
+the policy plans again for it (MLP actors: H = n_act = 1, a plain step loop). `rollout`
+runs a policy that brings its own executor (`ChunkedPolicy`: the VLA) through that one:
+its `n_act` and temporal ensembling by default, the flow's noise drawn from `noise_seed`,
+so a rollout is reproducible from its seeds.
 
 `collect_chunk` fills the transition fields (see `unilab.runtime.fields.transition_fields`),
 each (T, N, ...):
@@ -30,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from unilab.runtime.fields import obs_group_of
-from unilab.runtime.policy import ActionQueue, Policy
-from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy
+from unilab.runtime.policy import ActionQueue, Policy, StepExecutor
+from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy, own_executor
 from unilab.tasks.base import StepResult, Task
 
 SUCCESS_METRIC = "success"
@@ -105,6 +108,8 @@ def rollout(
     one_per_env: bool = False,
     deterministic: bool = True,
     n_act: int | None = None,
+    ensemble_decay: float | None = None,
+    noise_seed: int = 0,
     on_step: Callable[[StepInfo], None] | None = None,
     obs: dict[str, np.ndarray] | None = None,
 ) -> RolloutResult:
@@ -114,7 +119,10 @@ def rollout(
     `one_per_env`: count only each env's first episode (envs that finish early run on,
     uncounted, so short episodes are not over-represented: the eval protocol). `obs`: start
     from these observations instead of `task.reset()`. `n_act`: actions executed per chunk
-    (default: all H of them).
+    (default: the policy's own `n_act` for a `ChunkedPolicy`, else all H of them).
+    `ensemble_decay` (temporal ensembling; default: the policy's own setting) and
+    `noise_seed` apply to policies with their own executor (the VLA), whose sampled chunks
+    then depend only on the seeds.
     """
     if steps is None and episodes is None:
         raise ValueError("rollout needs a limit: steps=..., episodes=... or both")
@@ -129,18 +137,22 @@ def rollout(
         )
     numpy_policy = as_numpy_policy(policy)
     _check_shapes(task, numpy_policy)
-    queue = ActionQueue(task.num_envs, task.action_dim, n_act or numpy_policy.action_horizon)
+    stepper = step_executor(
+        numpy_policy, task.num_envs, n_act, ensemble_decay, noise_seed, deterministic
+    )
     obs = task.reset() if obs is None else obs
     result = RolloutResult(0)
     counted = np.zeros(task.num_envs, dtype=bool)
     step = 0
     while (steps is None or step < steps) and (episodes is None or len(result.episodes) < episodes):
         current = obs
-        actions = queue.next(numpy_policy, current, deterministic)
+        actions = stepper(current)
+        planned = stepper.replanned.copy()
         out = task.step(actions)
         step += 1
         ended = out.terminated | out.truncated
-        queue.episodes_ended(ended)
+        if ended.any():
+            stepper.reset(np.flatnonzero(ended))
         success = out.extras.get(SUCCESS_METRIC)
         for env in np.flatnonzero(ended & ~counted if one_per_env else ended):
             result.episodes.append(
@@ -155,11 +167,56 @@ def rollout(
         if one_per_env:
             counted |= ended
         if on_step is not None:
-            on_step(StepInfo(step, current, actions, out, queue.planned))
+            on_step(StepInfo(step, current, actions, out, planned))
         obs = out.obs
     result.steps = step
     result.obs = obs
     return result
+
+
+class QueueExecutor:
+    """`StepExecutor` over `ActionQueue`, for policies without their own executor."""
+
+    def __init__(
+        self, policy: Policy[np.ndarray], num_envs: int, n_act: int, deterministic: bool
+    ) -> None:
+        self.policy, self.deterministic = policy, deterministic
+        self.queue = ActionQueue(num_envs, policy.action_dim, n_act)
+
+    @property
+    def replanned(self) -> np.ndarray:
+        return self.queue.planned
+
+    def __call__(self, obs: dict[str, np.ndarray] | Any) -> np.ndarray:
+        return self.queue.next(self.policy, obs, self.deterministic)
+
+    def reset(self, envs: np.ndarray | None = None) -> None:
+        ended = np.zeros(self.queue.num_envs, dtype=bool)
+        ended[np.arange(self.queue.num_envs) if envs is None else envs] = True
+        self.queue.episodes_ended(ended)
+
+
+def step_executor(
+    policy: Policy[np.ndarray],
+    num_envs: int,
+    n_act: int | None = None,
+    ensemble_decay: float | None = None,
+    noise_seed: int = 0,
+    deterministic: bool = True,
+) -> StepExecutor:
+    """How `rollout` turns `policy`'s chunks into per-step actions: the policy's own
+    executor when it has one, else an `ActionQueue` (which cannot ensemble chunks)."""
+    chunked = own_executor(policy)
+    if chunked is not None:
+        return chunked.executor(
+            num_envs, seed=noise_seed, n_act=n_act, ensemble_decay=ensemble_decay
+        )
+    if ensemble_decay is not None:
+        raise ValueError(
+            "temporal ensembling needs a policy with its own chunk executor (the VLA); "
+            f"{type(policy).__name__} has none"
+        )
+    return QueueExecutor(policy, num_envs, n_act or policy.action_horizon, deterministic)
 
 
 def _check_shapes(task: Task, policy: Policy[np.ndarray]) -> None:

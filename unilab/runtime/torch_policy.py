@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from unilab.runtime.policy import ActionChunk, Policy
+from unilab.runtime.policy import ActionChunk, ChunkedPolicy, Policy
 
 
 class PolicyModule(nn.Module):
@@ -69,6 +69,13 @@ class NumpyPolicy:
         with torch.no_grad():
             out: np.ndarray = self.policy.act_inference(self._tensors(obs)).numpy()
         return out
+
+
+def own_executor(policy: Any) -> ChunkedPolicy | None:
+    """The policy (or the torch policy a `NumpyPolicy` wraps) if it brings its own chunk
+    executor (`unilab.runtime.policy.ChunkedPolicy`), else None."""
+    inner = policy.policy if isinstance(policy, NumpyPolicy) else policy
+    return inner if isinstance(inner, ChunkedPolicy) else None
 
 
 def as_numpy_policy(policy: PolicyModule | Policy[np.ndarray]) -> Policy[np.ndarray]:

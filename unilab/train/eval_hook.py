@@ -2,7 +2,9 @@
 
 Each evaluation copies the learner's policy to the CPU and runs one deterministic episode
 per env (`episodes` envs) from the same start states every time (the task's state is
-restored before each reset), so evaluations along a run differ only by the policy. It logs
+restored before each reset), so evaluations along a run differ only by the policy. Chunked
+policies (the VLA) execute their own way (`n_act` actions per chunk, temporal ensembling
+as configured) with the flow's noise drawn from `seed`. It logs
 `eval/return_mean`, `eval/length_mean` and, for tasks with a `success` metric,
 `eval/success_rate`, and keeps every evaluation in `history`.
 
@@ -62,6 +64,7 @@ class EvalHook(TrainHook):
             episodes=self.episodes,
             one_per_env=True,
             steps=task.max_episode_steps + 1,
+            noise_seed=self.seed,
         )
         lengths = [e.length for e in result.episodes]
         row = {

@@ -4,9 +4,10 @@ Subclass `TrainHook` and override what you need; attach with `Runner(cfg, hooks=
 `runner.add_hook(...)`. Several hooks may attach; they run in the order given.
 
 - `on_start(runner)`: the runtime is built (not yet started); build what the hook needs.
-- `on_iteration(runner, it)`: after each update and weight publish. `it.host_batch` is the
-  batch just learned from (valid until the next iteration); entries put into `it.log` are
-  written with the iteration's metrics (`metrics.jsonl`, TensorBoard).
+- `on_iteration(runner, it)`: after each update and weight publish (RL) or gradient step
+  (offline algorithms, which have no batch of chunks: `it.batch` is None). `it.host_batch`
+  is the batch just learned from (valid until the next iteration); entries put into `it.log`
+  are written with the iteration's metrics (`metrics.jsonl`, TensorBoard).
 - `on_checkpoint(runner, path)`: a checkpoint was written (mid-run or final).
 - `on_end(runner, result)`: the run finished (budget, wall time or a stop signal) and its
   summary is written; the last checkpoint is on disk. Problems a hook reports with
@@ -36,12 +37,13 @@ if TYPE_CHECKING:
 @dataclass
 class IterationInfo:
     iteration: int
-    """Learner iterations done, this one included."""
+    """Learner iterations done, this one included (offline: gradient steps)."""
     env_steps: int
-    batch: Batch
-    """The batch learned from: device tensors, policy versions, staleness, worker events."""
+    batch: Batch | None
+    """The batch learned from: device tensors, policy versions, staleness, worker events
+    (None offline: the frames came from an episode store)."""
     host_batch: dict[str, np.ndarray]
-    """The same batch as host numpy arrays, field -> (T, N, ...)."""
+    """The same batch as host numpy arrays, field -> (T, N, ...) ({} offline)."""
     metrics: dict[str, float]
     """What the algorithm's update returned."""
     mean_return: float | None
@@ -58,7 +60,8 @@ class RunResult:
     wall_s: float
     mean_return: float | None
     stop_reason: str
-    """budget (total_env_steps), wall_time (max_wall_s) or signal."""
+    """budget (total_env_steps; offline: algo.steps), wall_time (max_wall_s), signal, or
+    stopped (a hook called `runner.request_stop()`)."""
     exit_code: int = 0
     """0, or 128 + signal number when a signal stopped the run."""
     summary: dict[str, Any] = field(default_factory=dict)

@@ -9,7 +9,13 @@ from typing import Any
 
 
 class MetricsLogger:
-    def __init__(self, jsonl: Path | None, tensorboard: Path | None) -> None:
+    """`step_key` names the x axis in each JSON line (env_steps for RL runs, step for
+    offline training); TensorBoard takes the same number as its global step."""
+
+    def __init__(
+        self, jsonl: Path | None, tensorboard: Path | None, step_key: str = "env_steps"
+    ) -> None:
+        self.step_key = step_key
         self._file = jsonl.open("a", buffering=1) if jsonl else None
         self._tb: Any = None
         if tensorboard is not None:
@@ -21,7 +27,7 @@ class MetricsLogger:
         clean = {k: float(v) for k, v in metrics.items() if v is not None}
         if self._file is not None:
             row = {
-                "env_steps": step,
+                self.step_key: step,
                 **{k: (v if math.isfinite(v) else None) for k, v in clean.items()},
             }
             self._file.write(json.dumps(row) + "\n")

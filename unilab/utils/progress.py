@@ -1,4 +1,5 @@
-"""The progress bar of long runs: env steps/s, mean return and ETA; silent in quiet mode."""
+"""The progress bar of long runs: steps done, rate, one metric (RL: mean return; offline
+training: the loss) and ETA; silent in quiet mode."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from rich.progress import (
 
 
 class TrainingProgress:
-    def __init__(self, total_steps: int, description: str, quiet: bool) -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        description: str,
+        quiet: bool,
+        unit: str = "steps/s",
+        metric: str = "return",
+    ) -> None:
+        self.unit, self.metric = unit, metric
         self.quiet = quiet or not sys.stderr.isatty()
         self.console = Console(stderr=True)
         self._progress: Progress | None = None
@@ -32,8 +41,8 @@ class TrainingProgress:
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[sps]:>8} steps/s"),
-                TextColumn("return {task.fields[ret]}"),
+                TextColumn("{task.fields[sps]:>8} " + self.unit.replace("[", "\\[")),
+                TextColumn(self.metric.replace("[", "\\[") + " {task.fields[ret]}"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
                 TimeRemainingColumn(),
@@ -48,7 +57,8 @@ class TrainingProgress:
 
     def update(self, steps: int, steps_per_s: float, mean_return: float | None) -> None:
         if self._progress is not None and self._task is not None:
-            ret = "-" if mean_return is None else f"{mean_return:.2f}"
+            fmt = ".2f" if self.metric == "return" else ".4g"
+            ret = "-" if mean_return is None else format(mean_return, fmt)
             self._progress.update(
                 self._task, completed=min(steps, self.total), sps=f"{steps_per_s:,.0f}", ret=ret
             )

@@ -45,7 +45,7 @@ class EpisodeRecordHook(TrainHook):
         runner.notes.append(f"recording episodes to {self.store}")
 
     def on_iteration(self, runner: Runner, it: IterationInfo) -> None:
-        assert self.recorder is not None
+        assert self.recorder is not None and it.batch is not None
         batch = it.batch
         self.recorder.record(
             it.host_batch,
@@ -60,7 +60,8 @@ class EpisodeRecordHook(TrainHook):
 
 
 class ExportPlayHook(TrainHook):
-    """At the end: export the policy (ONNX + TorchScript) and play it into `media/`
+    """At the end: export the policy (ONNX, + TorchScript for the MLP policies) and play it
+    into `media/`
     (`run.export`, `run.play_episodes`). A failure is reported, not raised: the checkpoint
     is safe, and `unilab train` exits 1."""
 
@@ -76,7 +77,8 @@ class ExportPlayHook(TrainHook):
 
         try:
             paths = export_run(result.run.path)
-            print(f"exported: {paths['onnx']} and {paths['torchscript']}", file=sys.stderr)
+            shown = [str(paths[k]) for k in ("onnx", "torchscript") if k in paths]
+            print(f"exported: {' and '.join(shown)}", file=sys.stderr)
             if self.play_episodes > 0:
                 media = play_run(
                     result.run.path,

@@ -7,6 +7,9 @@
 Hooks, in order: mid-run evaluation (`eval.every`), episode recording
 (`logging.record_store`), Rerun recordings (`viz.rerun`), then `hooks` given here, and last
 export + play (`run.export`, `run.play_episodes`) once the run has ended.
+
+Offline algorithms (bc_flow, bc_mse) learn from `data.store`, opened here as a
+`FrameDataset` (`unilab.workflows.offline_data`) and handed to the Runner.
 """
 
 from __future__ import annotations
@@ -22,10 +25,17 @@ from unilab.train.run_dir import RunDir
 from unilab.train.runner import Runner
 from unilab.train.session import train_hooks
 from unilab.workflows.hooks import EpisodeRecordHook, ExportPlayHook
+from unilab.workflows.offline_data import open_frames
 
 
 def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHook]:
     hooks = train_hooks(cfg)
+    if cfg.logging.record_store and _offline(cfg):
+        raise ConfigError(
+            f"logging.record_store records training rollouts; algo={cfg.algo.name} learns "
+            "offline from data.store and makes none (record evaluations with `unilab play "
+            "RUN record=STORE`)"
+        )
     if cfg.logging.record_store:
         hooks.append(
             EpisodeRecordHook(
@@ -49,6 +59,12 @@ def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHo
     return hooks
 
 
+def _offline(cfg: Config) -> bool:
+    from unilab.algos.registry import ALGORITHMS
+
+    return bool(getattr(ALGORITHMS.get(cfg.algo.name).algo_cls, "offline", False))
+
+
 def train(cfg: Config, hooks: Iterable[TrainHook] = ()) -> RunDir | None:
     """Train, record, export and play as `cfg` says; returns the run directory (None on a
     learner rank other than 0 under torchrun: `unilab.train.follower`).
@@ -57,12 +73,23 @@ def train(cfg: Config, hooks: Iterable[TrainHook] = ()) -> RunDir | None:
     summary; a failed export or play with SystemExit(1) (the checkpoint is kept).
     """
     if env_world_size() > 1:  # under torchrun: rank 0 runs the hooks, the others follow
+        if _offline(cfg):
+            raise ConfigError(
+                f"algo={cfg.algo.name} trains offline in one process; torchrun data-parallel "
+                "learning covers ppo and appo"
+            )
         got = train_distributed(cfg, standard_hooks(cfg, hooks))
         if got is None:
             return None
         result = got
     else:
-        result = Runner(cfg, standard_hooks(cfg, hooks)).learn()
+        all_hooks = standard_hooks(cfg, hooks)
+        frames = open_frames(cfg)
+        try:
+            result = Runner(cfg, all_hooks, frames=frames).learn()
+        finally:
+            if frames is not None:
+                frames.close()
     if result.exit_code:
         raise SystemExit(result.exit_code)
     if result.problems:
