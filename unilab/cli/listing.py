@@ -16,11 +16,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     what = args.what
     if what in ("tasks", "all"):
+        from unilab.bench.task_results import task_result
         from unilab.tasks.registry import TASKS
 
-        print("tasks:")
+        print("tasks (measured: the newest bench result of the task's preset):")
         for name, entry in TASKS.items():
             print(f"  {name:<26} {entry.description}  [default algo: {entry.default_algo}]")
+            print(f"  {'':<26} measured: {task_result(name)}")
     if what in ("algorithms", "algos", "all"):
         from unilab.algos.registry import ALGORITHMS
 
