@@ -33,3 +33,42 @@ def test_learn_arm_reach_runs_in_process_on_a_tiny_budget(tmp_path: Path) -> Non
     walls = [e["wall_s"] for e in doc["evaluations"]]
     assert 0 < walls[0] < walls[1] <= doc["train_command_wall_s"]
     assert all(0.0 <= e["success"] <= 1.0 for e in doc["evaluations"])
+
+
+def test_learn_vla_collects_trains_and_evaluates_on_a_tiny_budget(tmp_path: Path) -> None:
+    from unilab.bench import learn_vla
+
+    out = tmp_path / "learn_vla.json"
+    tiny = [
+        "task.cameras=[front]",
+        "task.image_size=16",
+        "algo.steps=8",
+        "algo.batch_size=8",
+        "algo.val_every=4",
+        "run.checkpoint_every=4",
+        "run.export=false",
+        "logging.tensorboard=false",
+        "runtime.learner_threads=1",
+        "algo.model.width=16",
+        "algo.model.heads=2",
+        "algo.model.image_channels=[8]",
+        "algo.model.image_tokens_side=2",
+        "algo.model.horizon=4",
+        "algo.model.n_act=2",
+        "algo.model.num_steps=2",
+        "algo.model.prefix_layers=0",
+        "algo.model.expert_layers=1",
+    ]
+    args = ["--episodes", "3", "--eval-episodes", "2", "--curve-episodes", "2"]
+    assert learn_vla.main([*args, "--budget-s", "60", "--out", str(out), *tiny]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["collected"]["episodes"] == 3 and doc["config"]["image_size"] == 16
+    (run,) = doc["runs"]
+    assert [c["step"] for c in run["curve"]] == [4, 8]
+    assert 0.0 <= run["final_success"] <= 1.0 and 0.0 <= run["zero_action_success"] <= 1.0
+    assert set(doc["ratios"]) == {
+        "final_success_mean",
+        "final_success_min",
+        "success_over_zero_action",
+    }
+    assert out.with_suffix(".png").stat().st_size > 0

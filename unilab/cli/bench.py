@@ -19,6 +19,7 @@ BENCHMARKS = {
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
     "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
+    "learn_vla": "tabletop imitation (bc_flow/bc_mse): in-sim success after a time budget",
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",

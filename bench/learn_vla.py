@@ -1,0 +1,286 @@
+"""`unilab bench learn_vla`: imitation of a tabletop task from expert demonstrations, measured
+as in-simulation success.
+
+    unilab bench learn_vla --task arm_move_side --algo bc_flow --episodes 100 --budget-s 600 \\
+        --eval-episodes 50 --seeds 0,1,2 [--store demos.zarr] [key=value ...]
+
+1. The store: `--store PATH` (e.g. written by `unilab collect`), else `--episodes` solved
+   episodes of the task's scripted expert are recorded into a temporary store
+   (`unilab.bench.expert_demos`) with the task config the overrides give (cameras, size).
+2. For each training seed, `unilab train` in this process (the real Runner and its offline
+   loop, `unilab.workflows.train`) on the task's preset plus the overrides, for
+   `--budget-s` seconds of wall time (`run.max_wall_s`) or `algo.steps`, whichever ends
+   first. A hook keeps a copy of the EMA policy at every checkpoint with the time since the
+   training started.
+3. Each kept policy is evaluated on `--curve-episodes` fresh episodes (one per env, chunked
+   execution, noise seeded) for the curve; the final one on `--eval-episodes` episodes per
+   evaluation seed, beside the zero-action baseline on the same episodes (a cube can end up
+   on its side by accident).
+
+Writes JSON (store, settings, per seed: steps, samples/s, held-out loss, the success curve,
+final success; `ratios`: mean/min final success and its gap over the baseline) and a PNG of
+success against training wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from unilab.algos.build import make_task_and_policy
+from unilab.bench.common import machine_info, print_table, write_json
+from unilab.bench.expert_demos import write_expert_store
+from unilab.config.compose import compose
+from unilab.config.schema import Config
+from unilab.deploy.policy_source import ConstantBaseline
+from unilab.runtime.rollout import rollout
+from unilab.train import Runner, TrainHook
+from unilab.utils.metrics import read_metrics
+from unilab.workflows.train import train
+
+DEFAULT_OUT = "bench/results/learn_vla.json"
+TARGET_SUCCESS = 0.8
+
+
+@dataclass
+class Snapshot:
+    step: int
+    seen_s: float
+    """Seconds from the start of training to this checkpoint."""
+    weights: dict[str, torch.Tensor]
+
+
+class CheckpointSnapshots(TrainHook):
+    """A CPU copy of the EMA policy at every checkpoint (the run keeps only three)."""
+
+    name = "snapshots"
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.snapshots: dict[int, Snapshot] = {}
+
+    def on_start(self, runner: Runner) -> None:
+        self.started = time.perf_counter()
+
+    def on_checkpoint(self, runner: Runner, path: Path) -> None:
+        weights = {k: v.detach().cpu().clone() for k, v in runner.policy.state_dict().items()}
+        seen = time.perf_counter() - self.started
+        self.snapshots[runner.iteration] = Snapshot(runner.iteration, seen, weights)
+
+
+def success(
+    cfg: Config, weights: dict[str, torch.Tensor] | None, episodes: int, seed: int
+) -> float:
+    """Fraction of `episodes` fresh episodes (one per env) the policy solves; weights None:
+    the zero-action baseline."""
+    task, policy = make_task_and_policy(cfg, episodes, seed, weights=weights)
+    chosen: Any = policy
+    if weights is None:
+        from unilab.export.run_policy import policy_metadata
+
+        chosen = ConstantBaseline(policy_metadata(task, cfg, {}, None), random=False)
+    result = rollout(
+        task,
+        chosen,
+        episodes=episodes,
+        one_per_env=True,
+        steps=task.max_episode_steps + 1,
+        noise_seed=seed,
+    )
+    rate = result.success_rate()
+    return float(rate) if rate is not None else float("nan")
+
+
+def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, left = plt.subplots(figsize=(7, 4))
+    right = left.twinx()
+    for run in runs:
+        curve = run["curve"]
+        left.plot(
+            [c["wall_s"] / 60 for c in curve],
+            [c["success"] for c in curve],
+            "o-",
+            label=f"seed {run['seed']}: success",
+        )
+        val = [(r["wall_s"] / 60, r["val_loss"]) for r in run["validation"]]
+        if val:
+            xs, ys = zip(*val, strict=True)
+            right.plot(xs, ys, linestyle=":", linewidth=1, color="tab:gray")
+    left.axhline(TARGET_SUCCESS, color="tab:green", linestyle=":", linewidth=1)
+    left.set_xlabel("training wall time (min)")
+    left.set_ylabel("success (fresh episodes)")
+    left.set_ylim(-0.02, 1.02)
+    right.set_ylabel("held-out loss (dotted)", color="tab:gray")
+    left.legend(loc="upper left", fontsize=8)
+    left.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="unilab bench learn_vla", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--task", default="arm_move_side")
+    parser.add_argument("--algo", default="bc_flow", choices=["bc_flow", "bc_mse"])
+    parser.add_argument("--store", help="episode store to train from (default: collect one)")
+    parser.add_argument("--episodes", type=int, default=100, help="expert episodes to collect")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="training wall time")
+    parser.add_argument("--eval-episodes", type=int, default=50, help="final episodes per seed")
+    parser.add_argument("--curve-episodes", type=int, default=16, help="episodes per curve point")
+    parser.add_argument("--seeds", default="0", help="training seeds, e.g. 0,1,2")
+    parser.add_argument("--eval-seed", type=int, default=12345, help="seed of the eval episodes")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.image_size=48")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if not seeds or min(args.episodes, args.eval_episodes, args.curve_episodes) < 1:
+        parser.error("need seeds and positive episode counts")
+    machine = machine_info()
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="learn_vla_"))
+    task_overrides = [o for o in args.overrides if o.startswith(("task.", "sim."))]
+    if args.store:
+        store, collected = Path(args.store), None
+    else:
+        store = work / f"{args.task}.zarr"
+        report = write_expert_store(store, args.task, args.episodes, overrides=task_overrides)
+        collected = report.to_dict()
+        print(
+            f"collected {report.episodes} expert episodes ({report.frames} frames) in "
+            f"{report.seconds:.0f} s",
+            flush=True,
+        )
+    runs: list[dict[str, Any]] = []
+    for seed in seeds:
+        tokens = [
+            f"task={args.task}",
+            f"algo={args.algo}",
+            f"data.store={store}",
+            f"run.max_wall_s={args.budget_s}",
+            f"run.out_dir={work / 'runs'}",
+            f"run.seed={seed}",
+            "run.play_episodes=0",
+            "run.quiet=true",
+            "eval.every=0",
+            *args.overrides,
+        ]
+        cfg = compose(tokens)
+        snaps = CheckpointSnapshots()
+        t0 = time.perf_counter()
+        run_dir = train(cfg, [snaps])
+        train_wall = time.perf_counter() - t0
+        kept = [snaps.snapshots[k] for k in sorted(snaps.snapshots)]
+        curve = []
+        for snap in kept[:-1]:
+            rate = success(cfg, snap.weights, args.curve_episodes, args.eval_seed)
+            curve.append({"step": snap.step, "wall_s": snap.seen_s, "success": rate})
+            print(f"seed {seed} step {snap.step:6d} {snap.seen_s:6.0f} s success {rate:.2f}")
+        final = kept[-1]
+        t_eval = time.perf_counter()
+        final_rate = success(cfg, final.weights, args.eval_episodes, args.eval_seed)
+        eval_s = time.perf_counter() - t_eval
+        baseline = success(cfg, None, args.eval_episodes, args.eval_seed)
+        curve.append({"step": final.step, "wall_s": final.seen_s, "success": final_rate})
+        print(f"seed {seed} final step {final.step} success {final_rate:.3f} (zero {baseline:.3f})")
+        rows = read_metrics(run_dir.metrics)
+        wall_of = {r["step"]: r["train/wall_s"] for r in rows if "train/wall_s" in r}
+        validation = [
+            {
+                "step": r["step"],
+                "wall_s": wall_of.get(r["step"], final.seen_s),
+                "val_loss": r["val/loss"],
+            }
+            for r in rows
+            if "val/loss" in r
+        ]
+        summary = (run_dir.path / "summary.json").read_text()
+        runs.append(
+            {
+                "seed": seed,
+                "run_dir": str(run_dir.path),
+                "train_wall_s": train_wall,
+                "steps": final.step,
+                "summary": summary,
+                "curve": curve,
+                "validation": validation,
+                "final_success": final_rate,
+                "zero_action_success": baseline,
+                "final_eval_s": eval_s,
+            }
+        )
+    finals = [r["final_success"] for r in runs]
+    base = [r["zero_action_success"] for r in runs]
+    cfg_doc = {
+        "cameras": list(getattr(cfg.task, "cameras", [])),
+        "image_size": getattr(cfg.task, "image_size", None),
+        "model": {
+            k: getattr(cfg.algo.model, k)
+            for k in ("horizon", "num_steps", "n_act", "width", "prefix_layers", "expert_layers")
+        },
+        "image_channels": list(cfg.algo.model.image_channels),
+        "batch_size": cfg.algo.batch_size,
+        "steps": cfg.algo.steps,
+        "lr": cfg.algo.lr,
+        "checkpoint_every": cfg.run.checkpoint_every,
+    }
+    doc = {
+        "benchmark": "learn_vla",
+        "task": args.task,
+        "algo": args.algo,
+        "bench_command": "unilab bench learn_vla " + " ".join(argv or sys.argv[1:]),
+        "train_tokens": tokens,
+        "machine": machine,
+        "store": str(store),
+        "collected": collected,
+        "config": cfg_doc,
+        "evaluation": {
+            "episodes": args.eval_episodes,
+            "curve_episodes": args.curve_episodes,
+            "seed": args.eval_seed,
+            "protocol": "one fresh episode per env, chunked execution, noise from the seed",
+        },
+        "runs": runs,
+        "target": {"success_min": TARGET_SUCCESS},
+        "ratios": {
+            "final_success_mean": float(np.mean(finals)),
+            "final_success_min": float(np.min(finals)),
+            "success_over_zero_action": float(np.mean(finals) - np.mean(base)),
+        },
+        "bench_wall_s": time.perf_counter() - started,
+    }
+    out = write_json(args.out, doc)
+    plot(runs, out.with_suffix(".png"), f"{args.task}: {args.algo} from {store.name}")
+    print_table(
+        [
+            {
+                "seed": r["seed"],
+                "steps": r["steps"],
+                "train s": r["train_wall_s"],
+                "success": r["final_success"],
+                "zero": r["zero_action_success"],
+            }
+            for r in runs
+        ],
+        ["seed", "steps", "train s", "success", "zero"],
+    )
+    print(f"wrote {out} and {out.with_suffix('.png')} (runs under {work})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
