@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         snaps = CheckpointSnapshots()
         t0 = time.perf_counter()
         run_dir = train(cfg, [snaps])
+        assert run_dir is not None  # one process: this is rank 0
         train_wall = time.perf_counter() - t0
         kept = [snaps.snapshots[k] for k in sorted(snaps.snapshots)]
         curve = []
