@@ -193,7 +193,7 @@ def _learner_state(run: Path) -> dict[str, torch.Tensor]:
 def test_n_steps_then_resume_then_n_more_equals_2n_straight(demos: Path, tmp_path: Path) -> None:
     n = 6
     common = ["algo.steps=12", "algo.val_every=4", "run.checkpoint_every=4", "run.export=false"]
-    common += ["run.seed=3", "logging.tensorboard=false"]
+    common += ["run.seed=3", "logging.tensorboard=false", "logging.log_every=1"]
     straight = _train(_tokens(demos, tmp_path / "a", *common))
     first = _train(_tokens(demos, tmp_path / "b", *common), [StopAt(n)])
     summary = json.loads((first / "summary.json").read_text())
