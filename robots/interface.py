@@ -119,3 +119,10 @@ class RobotDriver(Robot, Protocol):
         ...
 
     def outcome(self) -> StepOutcome: ...
+
+    @property
+    def instruction(self) -> str | None:
+        """The language instruction of the current episode when the robot knows it (a
+        simulated task draws one); None for a real robot, whose instruction the operator
+        gives (`unilab hil run --instruction`)."""
+        ...

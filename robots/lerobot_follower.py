@@ -141,6 +141,10 @@ class LeRobotDriver:
     def outcome(self) -> StepOutcome:
         return StepOutcome()
 
+    @property
+    def instruction(self) -> str | None:
+        return None  # a real arm does not know its task; the operator states it
+
     def hold_action(self) -> np.ndarray:
         low, high = self.joint_limits
         return np.clip(self._positions(self._robot().get_observation()), low, high)

@@ -14,7 +14,9 @@ stop or a lost status. Episodes go through `EpisodeWriter` into a store opened w
 Per-frame columns beyond the core ones: `operator` (int16: 0 = no human, k = the k-th name
 in the episode's `tags["operators"]`) and `held` (bool, see above). Episode tags: operators, interventions ([start, end)
 frame spans), session_episode (the operator station's episode counter, counting discarded
-ones), end (how it ended), robot.
+ones), end (how it ended), robot. `language_instruction` is the episode's instruction: the
+operator's (`instruction`) or else the one the host sent with its first frame (a simulated
+task's), so a language policy can learn from the episode.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class _Pending:
     obs: dict[str, np.ndarray]
     images: dict[str, np.ndarray]
     host_time: float
+    instruction: str
 
 
 @dataclass
@@ -122,6 +125,9 @@ class InterventionRecorder:
         self.stats = RecordingStats()
         self._sent: dict[int, _Sent] = {}
         self._first_episode = 0
+        self.instruction: str | None = None
+        """The operator's instruction; it overrides the host's."""
+        self._episode_instruction = ""
 
     def note_command(
         self, answers: int, seq: int, action: np.ndarray, source: str, operator: str
@@ -186,6 +192,7 @@ class InterventionRecorder:
                 }
                 self._write_held()
                 if self._frame_index == 0:
+                    self._episode_instruction = self.instruction or pending.instruction
                     self._first_step = pending.episode_step
                     self.stats.late_starts += int(pending.episode_step > 0)
                 self._held = frame
@@ -210,6 +217,7 @@ class InterventionRecorder:
                 obs,
                 {c: self._latest_images[c] for c in self.cameras},
                 float(body["host_time"]),
+                str(body.get("instruction") or ""),
             )
         return result
 
@@ -231,6 +239,7 @@ class InterventionRecorder:
         return EpisodeMeta(
             task=self.task,
             robot=str(self.robot.get("driver", "")),
+            language_instruction=self._episode_instruction,
             fps=self.fps,
             success=success,
             tags={

@@ -57,6 +57,8 @@ from unilab.teleop.safety import SafetyFilter, Watchdog
 RUNNING, STOPPED = "running", "stopped"
 SOURCES = ("policy", "human")
 CONTROL_OPS = ("resume", "stop", "reset", "release", "bye")
+MAX_INSTRUCTION_CHARS = 256
+"""An instruction longer than this is cut (a status body stays small)."""
 DRAIN_LIMIT = 256
 """Messages handled per wake-up before the loop checks its tick and watchdog again."""
 
@@ -369,6 +371,7 @@ class RobotHost:
             "truncated": bool(outcome.truncated),
             "episode": self.episode,
             "episode_step": self.episode_step,
+            "instruction": self._instruction(),
             "received": self.received,
             "accepted": self.accepted,
             "rejects": dict(self.rejects),
@@ -396,6 +399,10 @@ class RobotHost:
         with contextlib.suppress(zmq.Again):
             self.sockets.status.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
         self.tick += 1
+
+    def _instruction(self) -> str | None:
+        text = self.driver.instruction
+        return None if text is None else str(text)[:MAX_INSTRUCTION_CHARS]
 
     def request_stop(self) -> None:
         self._stop_requested = True

@@ -163,22 +163,29 @@ def run_scripted_session(
     horizon: int,
     script: Mapping[tuple[int, int], str],
     host_args: Sequence[str] = (),
+    robot: str = "sim:arm_reach",
+    observe: Any = None,
 ) -> tuple[dict[str, Any], Any]:
     """A robot host process and an operator station here, with a virtual operator; returns
-    the station's report and the operator (its schedule and the keys it pressed)."""
+    the station's report and the operator (its schedule and the keys it pressed).
+    `observe(policy)`, when given, may wrap the loaded `HilPolicy` (a test that looks at
+    what the policy was fed)."""
     from unilab.teleop.policy_runner import load_hil_policy
     from unilab.teleop.station import OperatorStation
     from unilab.teleop.virtual_operator import VirtualOperator
 
     endpoint = f"tcp://127.0.0.1:{free_port_pair()}"
-    host = start_host_process(keys, endpoint, workdir, *host_args)
+    host = start_host_process(keys, endpoint, workdir, *host_args, robot=robot)
     operator = VirtualOperator(seed, horizon=horizon, script=script)
     link = ClientLink(
         endpoint, secret_key=keys.secret("alice"), server_key=keys.public("robot"), sender="station"
     )
+    hil_policy = load_hil_policy(policy, seed=seed)
+    if observe is not None:
+        observe(hil_policy)
     station = OperatorStation(
         link,
-        policy=load_hil_policy(policy),
+        policy=hil_policy,
         device=operator,
         store=store,
         operator="alice",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -40,7 +41,7 @@ from unilab.teleop.devices import (
     TeleopDevice,
     make_device,
 )
-from unilab.teleop.link import ClientLink, LinkError, StatusSubscriber
+from unilab.teleop.link import IMAGE_PREFIX, ClientLink, LinkError, StatusSubscriber
 from unilab.teleop.policy_runner import HilPolicy, PolicyMismatchError, load_hil_policy
 from unilab.teleop.protocol import Message
 from unilab.teleop.recording import InterventionRecorder
@@ -92,6 +93,7 @@ class OperatorStation:
         origin: str = "sim",
         live_view: Any = None,
         auto_resume: bool = False,
+        instruction: str | None = None,
     ) -> None:
         self.link = link
         self.policy = policy
@@ -101,6 +103,9 @@ class OperatorStation:
         self.origin = origin
         self.live_view = live_view
         self.auto_resume = auto_resume
+        self.instruction = instruction
+        """The operator's instruction for a language policy (None: the robot host's, which
+        a simulated task sends per episode)."""
         self.human = policy is None
         self.report = SessionReport()
         self.recorder: InterventionRecorder | None = None
@@ -111,6 +116,9 @@ class OperatorStation:
         self._last_status: Message | None = None
         self._last_command_at: float | None = None
         self._gaps: list[float] = []
+        self._frames: dict[str, np.ndarray] = {}
+        """Newest frame of each camera (`images/<cam>`): hosts send them every few ticks."""
+        self._host_episode: int | None = None
 
     # ------------------------------------------------------------------ setup
     def connect(self, timeout_s: float = 10.0) -> Message:
@@ -125,6 +133,7 @@ class OperatorStation:
             self.recorder = InterventionRecorder(
                 self.store_path, robot=robot, origin=self.origin, task=str(robot.get("driver", ""))
             )
+            self.recorder.instruction = self.instruction
         self.sub = self.link.subscribe()
         first = self.sub.recv(timeout_s)
         if first is None:
@@ -132,7 +141,13 @@ class OperatorStation:
                 "the robot host's status stream is silent (no status within "
                 f"{timeout_s:g} s after the welcome)"
             )
+        if self.policy is not None:
+            self.policy.check_instruction(self._instruction_of(first))
         return first
+
+    def _instruction_of(self, status: Message) -> str | None:
+        text = status.body.get("instruction")
+        return self.instruction or (str(text) if text else None)
 
     def _resume(self) -> None:
         ack = self.link.control("resume", operator=self.operator)
@@ -213,6 +228,12 @@ class OperatorStation:
         if body["mode"] != "running":
             return True
         obs = {k[4:]: v for k, v in status.arrays.items() if k.startswith("obs/")}
+        self._frames.update((k, v) for k, v in status.arrays.items() if k.startswith(IMAGE_PREFIX))
+        episode = int(body["episode"])
+        if episode != self._host_episode:  # a new host episode: no chunk carries over
+            if self.policy is not None and self._host_episode is not None:
+                self.policy.reset()
+            self._host_episode = episode
         target = np.asarray(status.arrays["target"], np.float32)
         frame = (
             self.recorder.frame_index if self.recorder is not None else int(body["episode_step"])
@@ -246,8 +267,12 @@ class OperatorStation:
             source = "human"
         else:
             assert self.policy is not None
-            step = self.policy(obs)
-            action, success, source = step.action, step.predicted_success, "policy"
+            seen = {**obs, **self._frames}
+            if self.policy.missing(seen):  # no frame of a camera yet: hold where it is
+                action, source = target, "policy"
+            else:
+                step = self.policy(seen, self._instruction_of(status))
+                action, success, source = step.action, step.predicted_success, "policy"
         command = self.space.shape(action, target)
         info = {"predicted_success": success} if success is not None else None
         seq = self.link.command(
@@ -323,10 +348,19 @@ def run_hil(
     host_args: list[str] | None = None,
     auto_resume: bool = False,
     seed: int = 0,
+    instruction: str | None = None,
 ) -> SessionReport:
     """A HIL session against the robot host at `endpoint` (started here as a child process
     with `start_host=True` for `sim:` robots)."""
     host_proc = None
+    hil_policy = load_hil_policy(policy, seed=seed) if policy else None
+    host_args = list(host_args or [])
+    if start_host and hil_policy is not None:  # stream the cameras the policy reads
+        for cam in hil_policy.cameras:
+            if cam not in host_args:
+                host_args += ["--camera", cam]
+        if hil_policy.cameras and "--camera-every" not in host_args:
+            host_args += ["--camera-every", "1"]  # a VLA plans on the newest frames
     if start_host:
         if not (host_key and allow):
             raise LinkError("starting a robot host needs --host-key and --allow")
@@ -343,11 +377,10 @@ def run_hil(
                 allow,
                 "--endpoint",
                 endpoint,
-                *(host_args or []),
+                *host_args,
             ],
         )
     link = ClientLink(endpoint, secret_key=key, server_key=server_key, sender=f"station-{operator}")
-    hil_policy = load_hil_policy(policy) if policy else None
     dev = make_device(device, seed=seed) if device else None
     view = None
     if rerun:
@@ -364,6 +397,7 @@ def run_hil(
         origin=origin,
         live_view=view,
         auto_resume=auto_resume,
+        instruction=instruction,
     )
     try:
         station.connect(timeout_s=30.0 if start_host else 10.0)
@@ -412,12 +446,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host-key", default=None, help="with --start-host: the host's secret key file")
     p.add_argument(
+        "--host-args",
+        default="",
+        help='with --start-host: more robot-host options, e.g. --host-args="--task '
+        'episode_length_s=4 --watchdog-periods 5"',
+    )
+    p.add_argument(
         "--allow", default=None, help="with --start-host: the host's allowlist directory"
     )
     p.add_argument(
         "--auto-resume", action="store_true", help="resume after a safe stop without a key press"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the virtual operator")
+    p.add_argument(
+        "--instruction",
+        default=None,
+        help="the language instruction for a VLA policy (default: the one a simulated task "
+        "sends per episode; a real robot needs it)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the virtual operator and a VLA's noise"
+    )
     p.add_argument("--report", default=None, help="write the session report (JSON) here")
     return p
 
@@ -446,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
             allow=args.allow,
             auto_resume=args.auto_resume,
             seed=args.seed,
+            instruction=args.instruction,
+            host_args=shlex.split(args.host_args),
         )
     except (LinkError, KeyFileError, DeviceUnavailableError, PolicyMismatchError) as exc:
         print(f"unilab hil run: error: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from unilab.algos.ppo import PPO, PPOConfig
-from unilab.train.distributed import World, init_world
+from unilab.train.distributed import World, end_process_after_group, init_world
 
 STEPS, ENVS, OBS, ACT = 8, 12, 5, 2
 """A combined batch: 8 steps of 12 envs (6 per rank with 2 ranks)."""
@@ -63,3 +63,4 @@ if __name__ == "__main__":
     if world.rank == 0:
         np.savez(sys.argv[1], **params)
     world.close()
+    end_process_after_group(0)

@@ -19,6 +19,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from unilab.config.compose import compose
     from unilab.tasks.registry import check_task_builds
+    from unilab.train.distributed import end_process_after_group
     from unilab.workflows.train import train
 
     tokens = list(args.items)
@@ -27,7 +28,12 @@ def _run(args: argparse.Namespace) -> int:
     cfg = compose(tokens)
     # A task's own checks run in its constructor: build it once before anything is written.
     check_task_builds(cfg.task, cfg.sim, seed=cfg.run.seed)
-    train(cfg)
+    try:
+        train(cfg)
+    except SystemExit as exc:
+        end_process_after_group(exc.code if isinstance(exc.code, int) else 1)
+        raise
+    end_process_after_group(0)  # a torchrun rank ends here (see its doc); else returns
     return 0
 
 

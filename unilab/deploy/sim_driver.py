@@ -5,9 +5,15 @@ pose + action_scale x action). Joint limits are the robot spec's joint range map
 those units and intersected with the task's action clip; action entries that are not a
 joint (a gripper command) get the clip. `max_step` is a fraction of that range per step.
 
-Cameras: the model's MJCF cameras by name, plus "scene", a free camera framed on the
-moving bodies (every task has that one). Frames are rendered from env 0 with shadows and
-reflections off (MUJOCO_GL=egl on a headless machine).
+Cameras: a camera the task itself observes (`images/<cam>`, e.g. a tabletop task's
+"front" and "wrist") is served straight from the task's observation: the very frames a
+policy trained on this task saw, at every step, with no extra rendering. Any other MJCF
+camera by name, and "scene" (a free camera framed on the moving bodies; every task has
+it), is rendered from env 0 in a child process with shadows and reflections off
+(MUJOCO_GL=egl on a headless machine).
+
+`observe()` holds the vector groups (float32); images travel as camera frames and the
+instruction as text (`instruction`), as they do from a real robot.
 
 Torch-free: the task stack and MuJoCo only, so a simulated robot host runs anywhere.
 """
@@ -22,6 +28,7 @@ import numpy as np
 
 from unilab.deploy.sim_camera import SCENE_CAMERA, CameraProcess
 from unilab.robots.interface import CameraSpec, StepOutcome
+from unilab.tasks.base import IMAGE_PREFIX as IMAGE_GROUP_PREFIX
 
 if TYPE_CHECKING:
     from unilab.tasks.base import Task
@@ -55,6 +62,8 @@ class SimDriver:
         self.max_step_fraction = float(max_step_fraction)
         self.task: Task | None = None
         self._obs: dict[str, np.ndarray] = {}
+        self._task_cameras: dict[str, CameraSpec] = {}
+        """Cameras the task observes itself (served from its `images/<cam>` groups)."""
         self._outcome = StepOutcome()
         self._camera: CameraProcess | None = None
         self._data: mujoco.MjData | None = None
@@ -92,13 +101,27 @@ class SimDriver:
         self._n_joint = n_joint
         names = list(spec.joint_names[:n_joint]) + [f"action_{i}" for i in range(n_joint, n_act)]
         self._action_names = tuple(names)
-        unknown = [c for c in self._camera_names if c != SCENE_CAMERA and not _has_camera(model, c)]
+        self._obs = task.reset()
+        observed = {
+            g[len(IMAGE_GROUP_PREFIX) :]: v.shape[1:]
+            for g, v in self._obs.items()
+            if g.startswith(IMAGE_GROUP_PREFIX) and v.ndim == 4
+        }
+        self._task_cameras = {
+            c: CameraSpec(int(observed[c][0]), int(observed[c][1]), int(observed[c][2]))
+            for c in self._camera_names
+            if c in observed
+        }
+        unknown = [
+            c
+            for c in self._camera_names
+            if c != SCENE_CAMERA and c not in observed and not _has_camera(model, c)
+        ]
         if unknown:
             have = [model.camera(i).name for i in range(model.ncam)]
             raise SimDriverError(
                 f"task {task.cfg.name!r} has no camera(s) {unknown}; it has {[*have, SCENE_CAMERA]}"
             )
-        self._obs = task.reset()
         self._last_action = np.zeros(n_act, dtype=np.float32)
         self.read_cameras()  # start the camera process now, not inside the control loop
 
@@ -137,11 +160,8 @@ class SimDriver:
 
     @property
     def obs_dims(self) -> dict[str, int]:
-        return (
-            {g: int(v.shape[1]) for g, v in self._obs.items()}
-            if self._obs
-            else self._task().obs_dims
-        )
+        self._task()
+        return {g: int(v.shape[1]) for g, v in self._obs.items() if _is_vector(v)}
 
     @property
     def joint_limits(self) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +176,13 @@ class SimDriver:
     @property
     def cameras(self) -> dict[str, CameraSpec]:
         h, w = self._camera_size
-        return {name: CameraSpec(h, w) for name in self._camera_names}
+        return {name: self._task_cameras.get(name, CameraSpec(h, w)) for name in self._camera_names}
+
+    @property
+    def instruction(self) -> str | None:
+        """Env 0's instruction text for a task that draws one (tabletop tasks), else None."""
+        texts = getattr(self._task(), "instruction_text", None)
+        return None if texts is None else str(texts(np.array([0]))[0])
 
     # ------------------------------------------------------------------ control
     def reset(self) -> dict[str, np.ndarray]:
@@ -167,7 +193,11 @@ class SimDriver:
 
     def observe(self) -> dict[str, np.ndarray]:
         self._task()
-        return {g: np.ascontiguousarray(v[0], dtype=np.float32) for g, v in self._obs.items()}
+        return {
+            g: np.ascontiguousarray(v[0], dtype=np.float32)
+            for g, v in self._obs.items()
+            if _is_vector(v)
+        }
 
     def act(self, action: np.ndarray) -> None:
         task = self._task()
@@ -205,21 +235,28 @@ class SimDriver:
         a request to render the current state. Rendering runs in a child process
         (unilab.deploy.sim_camera) as a real camera captures on its own hardware, so the
         control loop never waits for it; frames are therefore up to one render late."""
-        if not self._camera_names:
-            return {}
         task = self._task()
+        frames = {c: self._obs[IMAGE_GROUP_PREFIX + c][0].copy() for c in self._task_cameras}
+        rendered = [c for c in self._camera_names if c not in self._task_cameras]
+        if not rendered:
+            return frames
         if self._camera is None:
             h, w = self._camera_size
-            self._camera = CameraProcess(task.model, self._camera_names, h, w)
+            self._camera = CameraProcess(task.model, rendered, h, w)
             self._data = mujoco.MjData(task.model)
         assert self._data is not None
         task.sim.batch.get_data(0, self._data)
         self._camera.request(self._data)
-        return self._camera.latest()
+        return {**self._camera.latest(), **frames}
 
     @property
     def camera_error(self) -> str:
         return self._camera.error if self._camera is not None else ""
+
+
+def _is_vector(group: np.ndarray) -> bool:
+    """A (n, d) float group: what crosses the wire as `obs/<group>`."""
+    return group.ndim == 2 and np.issubdtype(group.dtype, np.floating)
 
 
 def _has_camera(model: mujoco.MjModel, name: str) -> bool:
