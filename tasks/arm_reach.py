@@ -147,6 +147,10 @@ class ArmReachConfig(TaskConfig):
     """Length scale (m) of the fine tracking term, which sharpens the last centimetres."""
     init_joint_noise: float = 0.1
     """Initial arm joint positions are the default pose +- this (rad), uniform."""
+    target_bins: list[int] = field(default_factory=lambda: [1, 1, 1])
+    """Reset bins: the target box cut into this many cells along x, y and z; each episode's
+    target is drawn in one cell (`runtime.allocation` chooses how often each). [1, 1, 1]:
+    one box, no bins."""
 
 
 @register_task("arm_reach", ArmReachConfig)
@@ -171,6 +175,11 @@ class ArmReach(ArmTask):
             raise ValueError(
                 f"task {cfg.name!r}: resample_s must be >= 0 (got {cfg.resample_s}) and "
                 f"success_tolerance > 0 (got {cfg.success_tolerance})"
+            )
+        if len(cfg.target_bins) != 3 or min(cfg.target_bins) < 1:
+            raise ValueError(
+                f"task {cfg.name!r}: target_bins={list(cfg.target_bins)} must be three cell "
+                "counts >= 1 (along x, y, z)"
             )
         if cfg.tracking_sigma <= 0 or cfg.fine_tracking_sigma <= 0:
             raise ValueError(
@@ -197,10 +206,26 @@ class ArmReach(ArmTask):
         if self._mocap is not None:
             self._mocap[ids] = points
 
+    @property
+    def num_reset_bins(self) -> int:
+        return int(np.prod(self.cfg.target_bins))
+
+    def bin_box(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k, 3) lower and upper corners of the target cells of reset bins `bins` (bin =
+        x-major index into the target_bins grid)."""
+        counts = np.asarray(self.cfg.target_bins)
+        cell = np.stack(np.unravel_index(np.asarray(bins), tuple(counts)), axis=-1)
+        low, high = np.asarray(self.cfg.target_low), np.asarray(self.cfg.target_high)
+        size = (high - low) / counts
+        return low + cell * size, low + (cell + 1) * size
+
     def _draw_targets(self, ids: np.ndarray) -> None:
-        self.set_target(
-            ids, sample_box(self.rng, self.cfg.target_low, self.cfg.target_high, len(ids))
-        )
+        if self.num_reset_bins > 1:
+            low, high = self.bin_box(self.episode_bin[ids])
+            points = self.rng.uniform(low, high)
+        else:
+            points = sample_box(self.rng, self.cfg.target_low, self.cfg.target_high, len(ids))
+        self.set_target(ids, points)
         self.steps_to_resample[ids] = self._resample_steps
 
     @property

@@ -60,6 +60,20 @@ EpisodeSeeder = Callable[[np.ndarray], np.ndarray]
 """Env ids whose episodes start now -> one int seed per id (see Task.episode_seeder)."""
 
 
+def draw_bins(
+    rng: np.random.Generator, probs: np.ndarray | None, num_bins: int, n: int
+) -> np.ndarray:
+    """(n,) int64 reset bins drawn with `probs` (uniform when None)."""
+    if probs is None:
+        return rng.integers(0, num_bins, size=n, dtype=np.int64)
+    p = np.asarray(probs, dtype=np.float64)
+    if p.shape != (num_bins,) or not np.isfinite(p).all() or (p < 0).any() or p.sum() <= 0:
+        raise ValueError(f"bin_probs must be {num_bins} finite non-negative numbers, got {p}")
+    cdf = np.cumsum(p / p.sum())
+    picks = np.searchsorted(cdf, rng.random(n), side="right")
+    return np.minimum(picks, num_bins - 1).astype(np.int64)
+
+
 def episode_rng(seed: int, stream: int) -> np.random.Generator:
     """The generator of one stream of the episode with this seed (independent streams)."""
     if seed < 0:
@@ -109,6 +123,9 @@ class StepResult:
     """(n,) return of the episode that just ended; NaN where none ended."""
     episode_length: np.ndarray
     """(n,) length in steps of the episode that just ended; 0 where none ended."""
+    episode_bin: np.ndarray | None = None
+    """(n,) int64 reset bin of the episode that just ended, -1 where none ended (None for a
+    task without reset bins)."""
     reasons: dict[str, np.ndarray] = field(default_factory=dict)
     """Termination reason -> (n,) bool, including sim_unstable and time_out."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
@@ -180,8 +197,20 @@ class Task(abc.ABC):
         seed this returns for its env (see the module doc); None: the shared stream."""
         self.episode_seed = np.full(num_envs, -1, dtype=np.int64)
         """(n,) seed of each env's current episode; -1 when it came from the shared stream."""
+        self.episode_bin: np.ndarray = np.zeros(num_envs, dtype=np.int64)
+        """(n,) reset bin of each env's current episode (see `num_reset_bins`)."""
+        self.bin_probs: np.ndarray | None = None
+        """Draw probability of each reset bin (None: uniform); the learner's allocation
+        (`unilab.runtime.allocation`) sets it in the workers."""
 
     # -- to implement -------------------------------------------------------------------
+    @property
+    def num_reset_bins(self) -> int:
+        """Discrete starting conditions of this task (target cells, placements, levels):
+        each episode starts in a bin drawn with `bin_probs` before `reset_envs`, which
+        reads it from `episode_bin`. 1: no bins (the default; nothing is drawn)."""
+        return 1
+
     def build_model(self) -> mujoco.MjModel:
         return load_model(self.robot)
 
@@ -243,8 +272,12 @@ class Task(abc.ABC):
         return {k: v.shape[0] for k, v in self.observation_spec().items() if v.is_vector}
 
     def _start_episodes(self, ids: np.ndarray) -> None:
-        """reset_envs(ids), from per-episode generators when an episode_seeder is set."""
+        """reset_envs(ids), from per-episode generators when an episode_seeder is set. A task
+        with reset bins draws each episode's bin first, from the same generator."""
+        bins = self.num_reset_bins
         if self.episode_seeder is None:
+            if bins > 1:
+                self.episode_bin[ids] = draw_bins(self.rng, self.bin_probs, bins, ids.size)
             self.reset_envs(ids)
             self.episode_seed[ids] = -1
             return
@@ -255,6 +288,8 @@ class Task(abc.ABC):
         try:
             for env, seed in zip(ids.tolist(), seeds.tolist(), strict=True):
                 self.rng = episode_rng(seed, TASK_STREAM)
+                if bins > 1:
+                    self.episode_bin[env] = draw_bins(self.rng, self.bin_probs, bins, 1)[0]
                 self.reset_envs(np.array([env], dtype=np.int64))
         finally:
             self.rng = shared
@@ -309,6 +344,7 @@ class Task(abc.ABC):
         done = terminated | truncated
         episode_return = np.where(done, self.episode_return, np.nan)
         episode_length = np.where(done, self.episode_step, 0)
+        ended_bin = np.where(done, self.episode_bin, -1) if self.num_reset_bins > 1 else None
         final_obs = obs
         if done.any():
             final_obs = {k: v.copy() for k, v in obs.items()}
@@ -328,6 +364,7 @@ class Task(abc.ABC):
             reward_terms={k: v.astype(np.float32) for k, v in terms.items()},
             episode_return=episode_return.astype(np.float32),
             episode_length=episode_length,
+            episode_bin=ended_bin,
             reasons=reasons,
             extras=metrics,
         )
@@ -347,9 +384,12 @@ class Task(abc.ABC):
 
     def get_state(self) -> dict[str, np.ndarray]:
         """Everything the next steps depend on besides the sim, as plain arrays."""
-        return {name: np.array(getattr(self, name)) for name in self._BASE_STATE + self.state_attrs}
+        names = self._BASE_STATE + self.state_attrs + ("episode_bin",)
+        return {name: np.array(getattr(self, name)) for name in names}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
+        if "episode_bin" in state:  # absent from states saved before reset bins existed
+            self.episode_bin = np.asarray(state["episode_bin"], dtype=np.int64).copy()
         for name in self._BASE_STATE + self.state_attrs:
             current = getattr(self, name)
             if state[name].shape != current.shape:

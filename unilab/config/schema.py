@@ -81,6 +81,15 @@ class RuntimeConfig:
     max_ring_mb: float = checked(1024.0, gt=0)
     """Largest shared-memory ring (MiB) a run may create; camera images make rings big
     (printed at start: workers x slots x chunk_len x envs x bytes per step)."""
+    allocation: str = checked("uniform", choices=("uniform", "thompson"))
+    """How episodes are spread over a task's reset bins (`target_bins`, ...): uniform, or
+    thompson (more where outcomes are still mixed; unilab.runtime.allocation)."""
+    allocation_decay: float = checked(0.9, gt=0, le=1)
+    """Per-iteration decay of the bins' outcome evidence (1: never forget)."""
+    allocation_floor: float = checked(0.2, ge=0, le=1)
+    """Share of episodes spread evenly over all bins whatever the posteriors say."""
+    allocation_success_return: float | None = None
+    """An episode's outcome is return >= this; None: the task's `success` metric."""
     backend: str = checked("local", choices=("local", "ray"))
     """local: workers are processes of this machine; ray: they run on Ray rollout hosts
     (the `ray` section; `pip install -e '.[ray]'`)."""

@@ -82,10 +82,16 @@ def transition_fields(
     return fields
 
 
-def info_fields(reward_terms: list[str], task_metrics: list[str]) -> FieldSpecs:
+def info_fields(
+    reward_terms: list[str], task_metrics: list[str], reset_bins: int = 1
+) -> FieldSpecs:
     """Per-step logging fields every chunk carries: each reward term and each task metric,
-    in sorted name order (the learner logs their means; algorithms ignore them)."""
+    in sorted name order (the learner logs their means; algorithms ignore them), and for a
+    task with reset bins `episode_bin`: the bin of the episode that ended at step t, -1
+    where none ended (the learner's allocation learns from it)."""
     fields: FieldSpecs = {}
+    if reset_bins > 1:
+        fields["episode_bin"] = ((), "float32")
     if reward_terms:
         fields["reward_terms"] = ((len(reward_terms),), "float32")
     if task_metrics:

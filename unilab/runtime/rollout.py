@@ -18,7 +18,8 @@ each (T, N, ...):
   that action belongs to (for H = 1, of the action itself);
 - `reward`, `terminated`, `truncated`: as the task returned them (flags as 0/1 floats);
 - `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere;
-- `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order.
+- `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order;
+- `episode_bin` (tasks with reset bins): the bin of an episode that ended at step t; -1 elsewhere.
 
 The same function fills a shared-memory ring slot in a worker and a plain array in tests.
 """
@@ -270,6 +271,7 @@ def collect_chunk(
     obs_fields = {k: g for k in out if (g := obs_group_of(k)) is not None}
     has_logprob = "logprob" in out
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
+    has_bins = "episode_bin" in out
     for t in range(horizon):
         t0 = time.perf_counter()
         action_np = queue.next(numpy_policy, state.obs)
@@ -295,6 +297,8 @@ def collect_chunk(
         if has_metrics:
             extras = result.extras
             out["task_metrics"][t] = np.stack([extras[k] for k in sorted(extras)], axis=-1)
+        if has_bins:
+            out["episode_bin"][t] = -1 if result.episode_bin is None else result.episode_bin
         state.obs = result.obs
         state.sim_unstable += int(result.reasons["sim_unstable"].sum())
         state.inference_s += t1 - t0

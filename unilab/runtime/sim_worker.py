@@ -9,6 +9,9 @@ Loop: take a free ring slot, run T steps into it, publish it with the policy ver
 acted, then pick up newer weights. In sync mode the worker waits for the version after the
 one it used (the learner publishes once it has learned from every worker's chunk); in
 async mode it never waits for the learner, only for a free slot.
+
+For a task with reset bins the published vector ends with one draw probability per bin
+(`unilab.train.bin_allocation`): `_load` gives the head to the actor, the tail to the task.
 """
 
 from __future__ import annotations
@@ -41,15 +44,24 @@ def pin_to_core(cores: list[int], index: int) -> None:
     os.sched_setaffinity(0, {cores[index % len(cores)]})
 
 
+def _load(actor: PolicyModule, task: Task, flat: np.ndarray) -> None:
+    bins = task.num_reset_bins
+    if bins > 1:
+        flat_to_actor(actor, flat[:-bins])
+        task.bin_probs = flat[-bins:].astype(np.float64)
+    else:
+        flat_to_actor(actor, flat)
+
+
 def _wait_for_weights(
-    ctx: WorkerContext, actor: PolicyModule, flat: np.ndarray, newer_than: int
+    ctx: WorkerContext, actor: PolicyModule, task: Task, flat: np.ndarray, newer_than: int
 ) -> int:
     """Block (heartbeating) until a version newer than `newer_than` exists; load it."""
     assert ctx.weights is not None
     while True:
         got = ctx.weights.read_if_newer(newer_than, out=flat)
         if got is not None:
-            flat_to_actor(actor, got[1])
+            _load(actor, task, got[1])
             return got[0]
         ctx.check_stop()
         time.sleep(_WEIGHT_POLL_S)
@@ -81,7 +93,7 @@ def run_sim_worker(
         seq = load_worker_state(path, task, rollout)
 
     t_wait = time.perf_counter()
-    version = _wait_for_weights(ctx, actor, flat, newer_than=0)
+    version = _wait_for_weights(ctx, actor, task, flat, newer_than=0)
     stats.add(wid, wait_s=time.perf_counter() - t_wait, weight_loads=1)
     try:
         while True:
@@ -94,7 +106,7 @@ def run_sim_worker(
                 got = ctx.weights.read_if_newer(version, out=flat)
                 if got is not None:
                     version = got[0]
-                    flat_to_actor(actor, got[1])
+                    _load(actor, task, got[1])
                     loads = 1
             t1 = time.perf_counter()
             views = ctx.ring.views(slot)
@@ -114,7 +126,7 @@ def run_sim_worker(
             t2 = time.perf_counter()
             sim_s, inf_s = rollout.sim_s - sim_before, rollout.inference_s - inf_before
             if sync:
-                version = _wait_for_weights(ctx, actor, flat, newer_than=version)
+                version = _wait_for_weights(ctx, actor, task, flat, newer_than=version)
                 loads += 1
             t3 = time.perf_counter()
             stats.add(

@@ -23,9 +23,9 @@ from unilab.config.compose import to_yaml
 from unilab.config.errors import ConfigError
 from unilab.config.schema import Config
 from unilab.runtime.fields import info_fields
-from unilab.runtime.flat_weights import actor_to_flat
 from unilab.runtime.learner_side import LearnerRuntime
 from unilab.runtime.signals import StopSignal, install_signal_handlers
+from unilab.train.bin_allocation import RolloutAllocation
 from unilab.train.distributed import World, init_world
 from unilab.train.hooks import RunResult, TrainHook
 from unilab.train.runner import Runner, probe_task
@@ -75,12 +75,14 @@ def follow(cfg: Config, world: World) -> int:
         cfg, run=dataclasses.replace(cfg.run, seed=cfg.run.seed + world.rank * RANK_SEED_STRIDE)
     )
     fields = algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
-    fields.update(info_fields(shapes.reward_terms, shapes.task_metrics))
+    fields.update(info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins))
+    # this rank's own posteriors, from its own workers' episodes
+    allocation = RolloutAllocation(own, shapes.reset_bins, shapes.task_metrics, own.run.seed)
     runtime = LearnerRuntime(
         own,
         to_yaml(own),
         fields,
-        actor_to_flat(algo.actor).size,
+        allocation.num_floats(algo.actor),
         world.device,
         worker_target=WORKER_TARGET,
     )
@@ -90,14 +92,15 @@ def follow(cfg: Config, world: World) -> int:
     t_start = time.perf_counter()
     try:
         runtime.start()
-        runtime.publish(actor_to_flat(algo.actor))
+        runtime.publish(allocation.weights(algo.actor))
         while True:
             late = bool(cfg.run.max_wall_s and time.perf_counter() - t_start > cfg.run.max_wall_s)
             if not world.agree(env_steps < cfg.run.total_env_steps and not stop and not late):
                 break
             batch = runtime.next_batch()
             algo.update(batch.tensors)
-            runtime.publish(actor_to_flat(algo.actor))
+            allocation.learn(runtime.host_batch)
+            runtime.publish(allocation.weights(algo.actor))
             env_steps += batch.env_steps * world.size
             iterations += 1
     finally:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unilab.runtime.fields import FieldSpecs, info_fields
-from unilab.runtime.flat_weights import actor_to_flat
 from unilab.runtime.learner_side import Batch, LearnerRuntime
 from unilab.runtime.signals import StopSignal
 from unilab.runtime.sim_worker import pin_to_core
 from unilab.runtime.source import ChunkSource
 from unilab.runtime.worker_state import find_state_file, parse_state_file, prune_state_files
+from unilab.train.bin_allocation import RolloutAllocation
 from unilab.train.hooks import IterationInfo, RunResult
 from unilab.train.loops import TrainLoop
 from unilab.train.sim_worker import WORKER_TARGET
@@ -48,6 +48,20 @@ class RolloutLoop(TrainLoop):
         self.worker_totals: dict[str, float] = {}
         self.staleness: dict[int, int] = {}
         self.start_steps = 0
+        self._allocation: RolloutAllocation | None = None
+
+    def check_inputs(self) -> None:
+        shapes = self.runner.shapes  # probed after the loop was made
+        cfg = self.runner.cfg
+        self._allocation = RolloutAllocation(
+            cfg, shapes.reset_bins, shapes.task_metrics, cfg.run.seed
+        )
+
+    @property
+    def allocation(self) -> RolloutAllocation:
+        if self._allocation is None:
+            raise RuntimeError("RolloutLoop.check_inputs() has not run (the Runner calls it)")
+        return self._allocation
 
     def learner_threads(self, cpu_count: int) -> int:
         # The learner shares the CPU with the sim workers; small MLP updates gain nothing
@@ -59,6 +73,7 @@ class RolloutLoop(TrainLoop):
     def resumed(self, path: Path, state: dict[str, Any]) -> None:
         runner = self.runner
         self.lineage_restarts = int(state.get("worker_restarts", 0))
+        self.allocation.load_state_dict(state.get("allocation") or {})
         states = runner.run.path / "worker_states"
         # States saved after this checkpoint belong to a future this run abandons.
         prune_state_files(states, above=runner.iteration)
@@ -95,7 +110,7 @@ class RolloutLoop(TrainLoop):
         return self.lineage_restarts + int(here)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"worker_restarts": self.restarts()}
+        return {"worker_restarts": self.restarts(), "allocation": self.allocation.state_dict()}
 
     def after_checkpoint(self) -> None:
         """Worker states of pruned checkpoints are deleted with them."""
@@ -110,7 +125,7 @@ class RolloutLoop(TrainLoop):
         shapes = self.runner.shapes
         fields = self.runner.algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
         if with_info:
-            fields.update(info_fields(shapes.reward_terms, shapes.task_metrics))
+            fields.update(info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins))
         return fields
 
     def prepare(self) -> None:
@@ -122,7 +137,7 @@ class RolloutLoop(TrainLoop):
             cfg,
             to_yaml(cfg),
             self.chunk_fields(),
-            actor_to_flat(runner.algo.actor).size,
+            self.allocation.num_floats(runner.algo.actor),
             runner.device,
             state_dir=runner.run.path / "worker_states",
             save_state_every=cfg.run.checkpoint_every,
@@ -144,7 +159,7 @@ class RolloutLoop(TrainLoop):
             runner.cfg,
             to_yaml(runner.cfg),
             self.chunk_fields(),
-            actor_to_flat(runner.algo.actor).size,
+            self.allocation.num_floats(runner.algo.actor),
         )
 
     def run(self, bar: TrainingProgress, stop: StopSignal) -> str:
@@ -155,7 +170,7 @@ class RolloutLoop(TrainLoop):
             pin_to_core(runtime.cores, -1)  # workers: cores 0..W-1
         self.start_steps, t_start = runner.env_steps, time.perf_counter()
         runtime.start()
-        runtime.publish(actor_to_flat(runner.algo.actor))
+        runtime.publish(self.allocation.weights(runner.algo.actor))
         world = runner.world
         while True:
             elapsed = time.perf_counter() - t_start
@@ -176,7 +191,8 @@ class RolloutLoop(TrainLoop):
             with prof.section("update"):
                 metrics = runner.algo.update(batch.tensors)
             with prof.section("publish"):
-                runtime.publish(actor_to_flat(runner.algo.actor))
+                runtime.publish(self.allocation.weights(runner.algo.actor))
+            alloc_row = self.allocation.learn(runtime.host_batch)
             runner.iteration += 1
             runner.env_steps += batch.env_steps * world.size
             episode = runtime.host_batch["episode_return"]
@@ -191,7 +207,7 @@ class RolloutLoop(TrainLoop):
             runner.call_hooks("on_iteration", info)
             row: dict[str, float] = {}
             if runner.iteration % cfg.logging.log_every == 0:
-                row = self._row(batch, metrics, mean_return, sps, elapsed)
+                row = self._row(batch, metrics, mean_return, sps, elapsed) | alloc_row
             row.update(info.log)
             if row:
                 runner.log(row)

@@ -83,6 +83,8 @@ class TaskShapes:
     """Every observation group's per-env shape (images (H, W, 3), instruction (L,), ...)."""
     vocabulary: tuple[str, ...] = ()
     """The task's instruction words (id = index)."""
+    reset_bins: int = 1
+    """The task's reset bins (`Task.num_reset_bins`; 1: none)."""
 
 
 def probe_task(cfg: Config) -> TaskShapes:
@@ -105,6 +107,7 @@ def probe_task(cfg: Config) -> TaskShapes:
         task_metrics=sorted(probe.task_metrics()),
         obs_shapes={k: tuple(v.shape) for k, v in probe.observation_spec().items()},
         vocabulary=tuple(probe.vocabulary),
+        reset_bins=int(probe.num_reset_bins),
     )
 
 

@@ -1,0 +1,138 @@
+"""Reset-bin allocation: on a synthetic bandit the Thompson variance rule moves the budget to
+the bins whose outcomes are still mixed, never below the floor share; posteriors track the
+true success rates and forget old evidence; a task with reset bins draws its episodes with
+the published probabilities and reports each ended episode's bin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from unilab.runtime.allocation import BinAllocator
+from unilab.tasks.base import draw_bins
+
+TRUE_P = np.array([0.0, 0.02, 0.5, 0.6, 0.98, 1.0])
+"""Success rate per bin: two hopeless, two mixed, two solved."""
+
+
+def _simulate(alloc: BinAllocator, iterations: int, episodes: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    published = []
+    for _ in range(iterations):
+        probs = alloc.draw_probs()
+        published.append(probs)
+        bins = draw_bins(rng, probs, alloc.num_bins, episodes)
+        outcomes = (rng.random(episodes) < TRUE_P[bins]).astype(np.float64)
+        alloc.update(bins, outcomes)
+    return published
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_thompson_moves_budget_to_mixed_bins_and_keeps_the_floor(seed: int) -> None:
+    floor = 0.2
+    alloc = BinAllocator(len(TRUE_P), "thompson", decay=0.9, floor=floor, seed=seed)
+    published = _simulate(alloc, iterations=40, episodes=120, seed=seed)
+    late = np.mean(published[-10:], axis=0)
+    # the two mixed bins take most of the budget; uniform would give them 1/3
+    assert late[2] + late[3] > 0.6, late
+    for probs in published:
+        assert probs.sum() == pytest.approx(1.0, abs=1e-6)
+        assert (probs >= floor / len(TRUE_P) - 1e-6).all(), probs  # no bin starves
+    # the posteriors sit near the truth
+    assert np.abs(alloc.mean_success - TRUE_P).max() < 0.15, alloc.mean_success
+
+
+def test_uniform_keeps_equal_shares_while_its_posteriors_update() -> None:
+    alloc = BinAllocator(len(TRUE_P), "uniform", seed=0)
+    published = _simulate(alloc, iterations=10, episodes=120, seed=0)
+    assert all(np.allclose(p, 1.0 / len(TRUE_P)) for p in published)
+    assert alloc.mean_success[5] > 0.8 > 0.2 > alloc.mean_success[0]
+
+
+def test_decay_forgets_old_outcomes() -> None:
+    alloc = BinAllocator(1, decay=0.5)
+    alloc.update(np.zeros(100, np.int64), np.zeros(100))
+    assert alloc.mean_success[0] < 0.05
+    for _ in range(10):  # the policy learned: now every episode succeeds
+        alloc.update(np.zeros(10, np.int64), np.ones(10))
+    assert alloc.mean_success[0] > 0.85
+
+
+def test_steps_without_an_ended_episode_are_ignored_and_bad_input_is_refused() -> None:
+    alloc = BinAllocator(3)
+    stats = alloc.update(np.array([-1, 0, 2, -1]), np.array([1.0, 1.0, 0.0, 1.0]))
+    assert stats.episodes.tolist() == [1, 0, 1] and stats.successes.tolist() == [1, 0, 0]
+    with pytest.raises(ValueError, match="outside"):
+        alloc.update(np.array([3]), np.array([1.0]))
+    with pytest.raises(ValueError, match="thompson"):
+        BinAllocator(3, "greedy")
+    state = alloc.state_dict()
+    other = BinAllocator(3)
+    other.load_state_dict(state)
+    assert np.array_equal(other.alpha, alloc.alpha) and np.array_equal(other.beta, alloc.beta)
+    assert np.array_equal(other.draw_probs(), alloc.draw_probs())  # same Thompson stream
+    with pytest.raises(ValueError, match="this task has 4"):
+        BinAllocator(4).load_state_dict(state)
+
+
+def test_arm_reach_draws_targets_in_the_allocated_cells() -> None:
+    from unilab.tasks.arm_reach import ArmReachConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = ArmReachConfig(target_bins=[2, 1, 2], episode_length_s=0.1)
+    task = make_task(cfg, num_envs=16, seed=0)
+    assert task.num_reset_bins == 4
+    task.bin_probs = np.array([0.0, 0.0, 0.0, 1.0], np.float32)
+    task.reset()
+    assert (task.episode_bin == 3).all()
+    low, high = task.bin_box(np.array([3]))
+    assert ((task.target >= low) & (task.target <= high)).all()
+    # x and z in the upper halves of the box
+    assert (task.target[:, 0] >= 0.45).all() and (task.target[:, 2] >= 0.325).all()
+    task.bin_probs = None  # uniform: every cell shows up; ended episodes report their bin
+    ended: list[int] = []
+    for _ in range(4 * task.max_episode_steps):
+        before = task.episode_bin.copy()
+        out = task.step(np.zeros((16, task.action_dim), np.float32))
+        assert out.episode_bin is not None
+        done = out.terminated | out.truncated
+        assert np.array_equal(out.episode_bin[done], before[done])
+        assert (out.episode_bin[~done] == -1).all()
+        ended += out.episode_bin[done].tolist()
+    assert set(ended) == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="target_bins"):
+        make_task(ArmReachConfig(target_bins=[2, 0, 1]), num_envs=1)
+
+
+def test_a_task_without_bins_draws_nothing() -> None:
+    from unilab.tasks.arm_reach import ArmReachConfig
+    from unilab.tasks.registry import make_task
+
+    a = make_task(ArmReachConfig(), num_envs=4, seed=3)
+    b = make_task(ArmReachConfig(), num_envs=4, seed=3)
+    b.bin_probs = np.array([1.0], np.float32)  # ignored: one bin
+    a.reset(), b.reset()
+    assert np.array_equal(a.target, b.target) and a.num_reset_bins == 1
+    out = a.step(np.zeros((4, a.action_dim), np.float32))
+    assert out.episode_bin is None
+
+
+def test_a_worker_splits_the_published_vector_between_actor_and_task() -> None:
+    import torch
+
+    from unilab.runtime.flat_weights import actor_to_flat
+    from unilab.runtime.sim_worker import _load
+    from unilab.tasks.arm_reach import ArmReachConfig
+    from unilab.tasks.registry import make_task
+
+    task = make_task(ArmReachConfig(target_bins=[1, 2, 2]), num_envs=2)
+    actor = torch.nn.Linear(3, 2)
+    source = torch.nn.Linear(3, 2)
+    probs = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    _load(actor, task, np.concatenate([actor_to_flat(source), probs]))
+    assert np.array_equal(actor_to_flat(actor), actor_to_flat(source))
+    assert task.bin_probs is not None and np.allclose(task.bin_probs, probs)
+    task.reset()  # draws with them
+    plain = make_task(ArmReachConfig(), num_envs=2)
+    _load(actor, plain, actor_to_flat(source))  # no bins: the whole vector is the actor
+    assert plain.bin_probs is None
