@@ -48,6 +48,7 @@ def run_one(args: argparse.Namespace, mode: str, seed: int, root: Path) -> dict[
         ]
     )
     run = train(cfg)
+    assert run is not None  # one process: this is rank 0
     rows = read_metrics(run.path / "metrics.jsonl")
     evals = [
         (int(r["env_steps"]), float(r["train/wall_s"]), float(r["eval/success_rate"]))
