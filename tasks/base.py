@@ -426,6 +426,13 @@ class Task(abc.ABC):
                     f"task state {name!r} has shape {state[name].shape}; expected {current.shape}"
                 )
             setattr(self, name, state[name].astype(current.dtype))
+        self.state_restored(np.arange(self.num_envs))
+
+    def state_restored(self, ids: np.ndarray) -> None:
+        """Called after set_state or restore_env wrote the state of envs ids: refresh what the
+        task derives from its state_attrs outside them (a renderer's per-env looks). The
+        default has nothing to refresh."""
+        return None
 
     def save_env(self, env: int) -> EnvState:
         """Everything env env's next steps depend on: its physics and its task rows."""
@@ -479,6 +486,7 @@ class Task(abc.ABC):
         for name in names:
             getattr(self, name)[env] = state.arrays[name]
         self.episode_seed[env] = state.episode_seed
+        self.state_restored(np.array([env], dtype=np.int64))
         return self._noisy(self.observe())
 
     def metadata(self) -> dict[str, Any]:
