@@ -29,7 +29,7 @@ draws from the sim's own stream either way.)
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,7 +39,8 @@ import numpy as np
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.robots.spec import RobotSpec
 from unilab.robots.validate import load_model
-from unilab.sim.batched_sim import BatchedSim
+from unilab.sim.batched_sim import BatchedSim, EnvSnapshot
+from unilab.sim.indices import env_index
 from unilab.sim.stability import StabilityLimits
 
 SIM_UNSTABLE = "sim_unstable"
@@ -130,6 +131,74 @@ class StepResult:
     """Termination reason -> (n,) bool, including sim_unstable and time_out."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Task metrics per env, e.g. success or velocity error; logged as means."""
+
+
+ENV_STATE_VERSION = 1
+"""Layout version of `EnvState.to_arrays()`; from_arrays refuses any other."""
+
+
+@dataclass(frozen=True)
+class EnvState:
+    """One env of a task, complete: its physics (EnvSnapshot), its rows of the task's per-env
+    arrays (`Task._BASE_STATE` + `state_attrs`) and its episode seed. `Task.restore_env` puts
+    it into any env of a task built from the same config; `to_arrays`/`from_arrays` store it
+    as plain arrays (`np.savez`, loadable with allow_pickle=False)."""
+
+    task: str
+    """The task's config name (`cfg.name`)."""
+    sim: EnvSnapshot
+    arrays: dict[str, np.ndarray]
+    """Task attribute name -> this env's row (read-only copies)."""
+    episode_seed: int
+    """The env's episode seed; -1: its episode came from the shared stream."""
+
+    def __post_init__(self) -> None:
+        rows = {}
+        for name, values in self.arrays.items():
+            row = np.array(values)
+            row.flags.writeable = False
+            rows[str(name)] = row
+        object.__setattr__(self, "arrays", rows)
+        object.__setattr__(self, "episode_seed", int(self.episode_seed))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain named arrays (no objects): `np.savez(path, **state.to_arrays())`."""
+        out = {
+            "version": np.array(ENV_STATE_VERSION, dtype=np.int64),
+            "task": np.array(self.task),
+            "episode_seed": np.array(self.episode_seed, dtype=np.int64),
+            "sim/state": self.sim.state,
+        }
+        out.update({f"sim/model/{k}": v for k, v in self.sim.model_fields.items()})
+        out.update({f"task/{k}": v for k, v in self.arrays.items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> EnvState:
+        """The state to_arrays() wrote; arrays may be the NpzFile of `np.load(path)`."""
+        d = {str(k): np.asarray(arrays[k]) for k in arrays}
+        missing = [k for k in ("version", "task", "episode_seed", "sim/state") if k not in d]
+        if missing:
+            raise ValueError(f"not an env state: no {', '.join(missing)} among {sorted(d)}")
+        version = int(d.pop("version"))
+        if version != ENV_STATE_VERSION:
+            raise ValueError(
+                f"env state layout version {version}; this unilab reads {ENV_STATE_VERSION}"
+            )
+        fields, rows = {}, {}
+        for key, values in d.items():
+            if key.startswith("sim/model/"):
+                fields[key.removeprefix("sim/model/")] = values
+            elif key.startswith("task/"):
+                rows[key.removeprefix("task/")] = values
+            elif key not in ("task", "episode_seed", "sim/state"):
+                raise ValueError(f"unknown env state entry {key!r}")
+        return cls(
+            task=str(d["task"]),
+            sim=EnvSnapshot(state=d["sim/state"], model_fields=fields),
+            arrays=rows,
+            episode_seed=int(d["episode_seed"]),
+        )
 
 
 class Task(abc.ABC):
@@ -397,6 +466,68 @@ class Task(abc.ABC):
                     f"task state {name!r} has shape {state[name].shape}; expected {current.shape}"
                 )
             setattr(self, name, state[name].astype(current.dtype))
+        self.state_restored(np.arange(self.num_envs))
+
+    def state_restored(self, ids: np.ndarray) -> None:
+        """Called after set_state or restore_env wrote the state of envs ids: refresh what the
+        task derives from its state_attrs outside them (a renderer's per-env looks). The
+        default has nothing to refresh."""
+        return None
+
+    def save_env(self, env: int) -> EnvState:
+        """Everything env env's next steps depend on: its physics and its task rows."""
+        env = env_index(env, self.num_envs)
+        rows = {}
+        for name in self._BASE_STATE + self.state_attrs:
+            values = getattr(self, name)
+            if not isinstance(values, np.ndarray) or values.shape[:1] != (self.num_envs,):
+                raise TypeError(
+                    f"task {self.cfg.name!r}: state attribute {name!r} is not a (num_envs, ...)"
+                    " array, so it has no per-env row"
+                )
+            rows[name] = values[env]
+        return EnvState(
+            task=self.cfg.name,
+            sim=self.sim.env_snapshot(env),
+            arrays=rows,
+            episode_seed=int(self.episode_seed[env]),
+        )
+
+    def restore_env(self, env: int, state: EnvState) -> dict[str, np.ndarray]:
+        """Put env env into state (saved from any env of a task built from the same config,
+        possibly another instance); returns the observation groups of every env, as restart.
+
+        The env then continues exactly as the saved one did under the same actions, until its
+        episode ends: later episode starts, like observation noise, draw from the task's shared
+        stream (or its episode_seeder), which no env state holds.
+        """
+        env = env_index(env, self.num_envs)
+        if not isinstance(state, EnvState):
+            raise TypeError(f"state must be an EnvState, got {type(state).__name__}")
+        if state.task != self.cfg.name:
+            raise ValueError(
+                f"the env state is of task {state.task!r}; this task is {self.cfg.name!r}"
+            )
+        names = self._BASE_STATE + self.state_attrs
+        if set(state.arrays) != set(names):
+            missing = sorted(set(names) - set(state.arrays))
+            extra = sorted(set(state.arrays) - set(names))
+            raise ValueError(
+                f"task {self.cfg.name!r}: the env state lacks {missing} and has unknown {extra}"
+            )
+        for name in names:
+            current, row = getattr(self, name), state.arrays[name]
+            if row.shape != current.shape[1:] or row.dtype != current.dtype:
+                raise ValueError(
+                    f"task {self.cfg.name!r}: env state {name!r} is {row.dtype} {row.shape}; this"
+                    f" task's rows are {current.dtype} {current.shape[1:]}"
+                )
+        self.sim.restore_env(env, state.sim)  # checks the snapshot before it writes
+        for name in names:
+            getattr(self, name)[env] = state.arrays[name]
+        self.episode_seed[env] = state.episode_seed
+        self.state_restored(np.array([env], dtype=np.int64))
+        return self._noisy(self.observe())
 
     def metadata(self) -> dict[str, Any]:
         """What export writes next to the policy."""

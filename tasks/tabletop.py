@@ -700,9 +700,8 @@ class TabletopTask(Task):
             headlight_diffuse=head_diffuse[None] * scale,
         )
 
-    def set_state(self, state: dict[str, np.ndarray]) -> None:
-        super().set_state(state)
-        self._push_visuals(np.arange(self.num_envs))
+    def state_restored(self, ids: np.ndarray) -> None:
+        self._push_visuals(ids)
 
     def close(self) -> None:
         """Release the renderer's GL context (also done when the task is collected)."""

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",
     "ray_hosts": "Ray rollout hosts on a stand-in cluster: per-chunk transport, learner cost, steps/s vs hosts",
+    "env_state": "one env's save + restore (branching rollouts) against one step of the batch",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]

@@ -3,7 +3,7 @@
 Tasks use BatchedSim and never call MuJoCo stepping functions themselves.
 """
 
-from unilab.sim.batched_sim import BatchedSim, SimSnapshot, StepStatus
+from unilab.sim.batched_sim import BatchedSim, EnvSnapshot, SimSnapshot, StepStatus
 from unilab.sim.contacts import add_contact_sensors
 from unilab.sim.randomization import DomainRandomization
 from unilab.sim.stability import StabilityLimits, UnstableReason
@@ -11,6 +11,7 @@ from unilab.sim.stability import StabilityLimits, UnstableReason
 __all__ = [
     "BatchedSim",
     "DomainRandomization",
+    "EnvSnapshot",
     "SimSnapshot",
     "StabilityLimits",
     "StepStatus",

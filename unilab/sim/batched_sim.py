@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from mujoco import batch as mjbatch
 
-from unilab.sim.indices import as_env_ids, keyframe_id, object_id
+from unilab.sim.indices import as_env_ids, env_index, keyframe_id, object_id
 from unilab.sim.randomization import DomainRandomization, DomainRandomizer
 from unilab.sim.rays import ray_origins
 from unilab.sim.stability import StabilityLimits, UnstableReason, find_unstable
@@ -51,6 +51,30 @@ class SimSnapshot:
     rng_state: dict[str, Any]
     randomization_rng_state: dict[str, Any]
     unstable_count: int
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """One env's physics: its mujoco.batch state row and its rows of the randomized model
+    fields. Its arrays are read-only copies, so one snapshot can be restored many times."""
+
+    state: np.ndarray
+    """(nstate,) float64: the env's mjSTATE_INTEGRATION row (time, qpos, qvel, act, warmstart,
+    ctrl, applied forces, mocap poses, ...), as `Batch.state[env]`."""
+    model_fields: dict[str, np.ndarray]
+    """MjModel field name -> this env's values (the field's shape without the env axis), for
+    every field the sim's DomainRandomizer expanded; {} without randomization."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", _frozen_copy(self.state))
+        fields = {str(name): _frozen_copy(values) for name, values in self.model_fields.items()}
+        object.__setattr__(self, "model_fields", fields)
+
+
+def _frozen_copy(values: npt.ArrayLike) -> np.ndarray:
+    out = np.array(values)
+    out.flags.writeable = False
+    return out
 
 
 class BatchedSim:
@@ -268,6 +292,59 @@ class BatchedSim:
         self._dr_rng.bit_generator.state = snap.randomization_rng_state
         self.unstable_count = snap.unstable_count
         np.copyto(self._warnings_before, self._warnings)
+
+    def env_snapshot(self, env: int) -> EnvSnapshot:
+        """Env env's physics state and randomized model values, to restore into any env of a
+        sim of the same model and randomization config (see restore_env)."""
+        env = env_index(env, self.num_envs)
+        fields = {} if self.randomizer is None else self.randomizer.fields
+        return EnvSnapshot(
+            state=self.batch.state[env],
+            model_fields={name: values[env] for name, values in fields.items()},
+        )
+
+    def restore_env(self, env: int, snap: EnvSnapshot) -> None:
+        """Put env env into the snapshot's state (taken from any env); the others are untouched.
+
+        Position and velocity outputs (xpos, sensors, contacts) are recomputed; acceleration
+        outputs (qacc, force sensors) stay stale until the next step, as after restore(). The
+        rngs are shared by all envs and are not part of an env snapshot.
+        """
+        env = env_index(env, self.num_envs)
+        if not isinstance(snap, EnvSnapshot):
+            raise TypeError(f"snap must be an EnvSnapshot, got {type(snap).__name__}")
+        width = self.batch.state.shape[1]
+        if snap.state.shape != (width,):
+            raise ValueError(
+                f"env snapshot state has shape {snap.state.shape}; this sim's state rows are"
+                f" ({width},): it comes from a different model"
+            )
+        if not np.isfinite(snap.state).all():
+            raise ValueError("env snapshot state holds non-finite values")
+        fields = {} if self.randomizer is None else self.randomizer.fields
+        if set(fields) != set(snap.model_fields):
+            raise ValueError(
+                f"env snapshot holds randomized model fields {sorted(snap.model_fields)}; this"
+                f" sim randomizes {sorted(fields)} (a different randomization config)"
+            )
+        for name, values in snap.model_fields.items():
+            if values.shape != fields[name].shape[1:]:
+                raise ValueError(
+                    f"env snapshot model field {name!r} has shape {values.shape}; this sim's is"
+                    f" {fields[name].shape[1:]}"
+                )
+        # Everything is checked: from here on the env is written.
+        for name, values in snap.model_fields.items():
+            fields[name][env] = values
+        ids = np.array([env], dtype=np.int64)
+        try:
+            if self.randomizer is not None and self.randomizer.needs_set_const:
+                self.batch.set_const(ids)
+            self.batch.state[env] = snap.state
+            self.batch.forward(ids, stage=_STAGE_VEL)
+        except mjbatch.SimulationError as err:
+            raise RuntimeError(f"MuJoCo failed while restoring env {env}: {err}") from err
+        self._warnings_before[env] = self._warnings[env]
 
     # -- task helpers -------------------------------------------------------------------
 

@@ -40,6 +40,15 @@ def as_env_ids(ids: npt.ArrayLike, num_envs: int) -> np.ndarray:
     return out
 
 
+def env_index(env: object, num_envs: int) -> int:
+    """One env id as an int, with an error that says the valid range."""
+    if isinstance(env, bool) or not isinstance(env, int | np.integer):
+        raise TypeError(f"an env id must be an integer, got {env!r}")
+    if not 0 <= int(env) < num_envs:
+        raise IndexError(f"env id {int(env)} is out of range: valid ids are 0..{num_envs - 1}")
+    return int(env)
+
+
 def keyframe_id(model: mujoco.MjModel, keyframe: int | str | None) -> int:
     """The keyframe index for a name or index; None means the model's defaults (-1)."""
     if keyframe is None:
