@@ -474,11 +474,17 @@ class Task(abc.ABC):
         default has nothing to refresh."""
         return None
 
+    def _env_rows(self) -> tuple[str, ...]:
+        """The per-env task arrays an `EnvState` holds (the bin only for a task with bins,
+        so states saved without bins still fit)."""
+        bins = ("episode_bin",) if self.num_reset_bins > 1 else ()
+        return self._BASE_STATE + self.state_attrs + bins
+
     def save_env(self, env: int) -> EnvState:
         """Everything env env's next steps depend on: its physics and its task rows."""
         env = env_index(env, self.num_envs)
         rows = {}
-        for name in self._BASE_STATE + self.state_attrs:
+        for name in self._env_rows():
             values = getattr(self, name)
             if not isinstance(values, np.ndarray) or values.shape[:1] != (self.num_envs,):
                 raise TypeError(
@@ -508,7 +514,7 @@ class Task(abc.ABC):
             raise ValueError(
                 f"the env state is of task {state.task!r}; this task is {self.cfg.name!r}"
             )
-        names = self._BASE_STATE + self.state_attrs
+        names = self._env_rows()
         if set(state.arrays) != set(names):
             missing = sorted(set(names) - set(state.arrays))
             extra = sorted(set(state.arrays) - set(names))

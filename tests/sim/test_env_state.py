@@ -231,3 +231,16 @@ def test_tabletop_restore_pushes_the_env_looks() -> None:
         for group, values in want.items():
             assert np.array_equal(got[group][2], values), group
     fresh.close()
+
+
+def test_a_restored_env_keeps_its_reset_bin() -> None:
+    from unilab.tasks.arm_reach import ArmReachConfig
+    from unilab.tasks.registry import make_task
+
+    task = make_task(ArmReachConfig(target_bins=[2, 1, 2]), num_envs=4, seed=1)
+    task.reset()
+    task.episode_bin[:] = [0, 1, 2, 3]
+    saved = task.save_env(3)
+    assert "episode_bin" in saved.arrays
+    task.restore_env(0, saved)
+    assert task.episode_bin.tolist() == [3, 1, 2, 3]

@@ -74,3 +74,19 @@ def test_allocation_without_reset_bins_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="reset bins"):
         train(cfg)
     assert not any(tmp_path.iterdir())
+
+
+def test_async_mode_allocates_from_its_batches(tmp_path: Path) -> None:
+    cfg = compose(
+        [
+            *COMMON,
+            "runtime.mode=async",
+            f"run.total_env_steps={4 * STEPS}",
+            f"run.out_dir={tmp_path}",
+        ]
+    )
+    rows = read_metrics(train(cfg).path / "metrics.jsonl")
+    assert len(rows) >= 4
+    assert sum(row[f"alloc/episodes_{k}"] for row in rows for k in range(BINS)) >= 4 * 16
+    # the posteriors moved off the Beta(1, 1) prior once episodes were scored
+    assert any(row[f"alloc/success_{k}"] != 0.5 for row in rows for k in range(BINS))
