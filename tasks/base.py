@@ -29,8 +29,10 @@ draws from the sim's own stream either way.)
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import mujoco
@@ -172,6 +174,24 @@ class EnvState:
         out.update({f"sim/model/{k}": v for k, v in self.sim.model_fields.items()})
         out.update({f"task/{k}": v for k, v in self.arrays.items()})
         return out
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this state as an .npz of plain arrays, atomically (temp, fsync, rename)."""
+        import io
+
+        from unilab.utils.atomic import atomic_write_bytes
+
+        buf = io.BytesIO()
+        arrays: dict[str, Any] = self.to_arrays()
+        np.savez(buf, **arrays)
+        return atomic_write_bytes(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EnvState:
+        """A state `save` wrote (read with allow_pickle=False): restore it into any env of
+        a task built from the same config with `task.restore_env(env, EnvState.load(p))`."""
+        with np.load(path, allow_pickle=False) as npz:
+            return cls.from_arrays(npz)
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> EnvState:

@@ -93,11 +93,9 @@ def test_restored_env_continues_bit_identically(name: str, tmp_path: Path) -> No
     assert np.array_equal(obs[others], before[others])
     _assert_same(expected, _replay_in(task, env_actions))
 
-    # Into a fresh task (another seed) through an .npz of plain arrays.
-    path = tmp_path / "state.npz"
-    np.savez(path, **state.to_arrays())
-    with np.load(path, allow_pickle=False) as stored:
-        loaded = EnvState.from_arrays(stored)
+    # Into a fresh task (another seed) through an .npz of plain arrays, in one call each way.
+    path = state.save(tmp_path / "state.npz")
+    loaded = EnvState.load(path)
     fresh = _make(name, seed=11)
     obs = fresh.restore_env(TARGET, loaded)["policy"]
     assert np.array_equal(obs[TARGET], saved_obs)
