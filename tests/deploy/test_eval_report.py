@@ -69,11 +69,21 @@ def _broken(report: dict[str, Any], edit: str) -> dict[str, Any]:
         bad["episodes"][0]["length"] = "long"
     elif edit == "schema":
         bad["schema"] = "other/2"
+    elif edit == "nan_metric":
+        bad["metrics"] = {"distance": float("nan")}
     return bad
 
 
 @pytest.mark.parametrize(
-    "edit", ["missing_return", "rate_out_of_range", "episode_count", "string_length", "schema"]
+    "edit",
+    [
+        "missing_return",
+        "rate_out_of_range",
+        "episode_count",
+        "string_length",
+        "schema",
+        "nan_metric",
+    ],
 )
 def test_validator_rejects_reports_that_break_the_schema(trained_onnx: Path, edit: str) -> None:
     report = _eval(trained_onnx, "zero", [0], 2)

@@ -156,3 +156,24 @@ def test_a_vla_runs_through_its_own_executor_reproducibly_from_its_noise_seed() 
     with pytest.raises(ValueError, match="temporal ensembling needs a policy with its own"):
         cart, mlp = make_task_and_policy(compose(["task=cartpole_balance"]), 2, 0)
         rollout(cart, mlp, steps=2, ensemble_decay=0.01)
+
+
+def test_episodes_carry_each_task_metric_averaged_over_their_steps() -> None:
+    from unilab.tasks.arm_reach import ArmReachConfig
+
+    task = make_task(ArmReachConfig(episode_length_s=0.2), num_envs=3, seed=4)  # 10 steps
+    policy = ConstantBaseline(_meta(task), random=True, seed=1)
+    seen: list[np.ndarray] = []
+    result = rollout(
+        task,
+        policy,
+        episodes=3,
+        one_per_env=True,
+        on_step=lambda info: seen.append(info.result.extras["distance"].copy()),
+    )
+    assert len(result.episodes) == 3
+    distances = np.stack(seen)  # (10, 3): every env's first episode ends at step 10
+    for ep in result.episodes:
+        assert set(ep.metrics) == {"distance", "success"}
+        assert ep.metrics["distance"] == pytest.approx(float(distances[:, ep.env].mean()))
+        assert ep.to_dict()["metrics"] == ep.metrics

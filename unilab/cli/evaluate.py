@@ -63,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{report['task']} / {args.policy}: return {r['mean']:.3f} ± {r['std']:.3f} over "
         f"{report['num_episodes']} episodes; length {report['length']['mean']:.1f}; "
         f"success {'n/a' if rate is None else f'{rate:.2f}'}; "
-        f"ends {report['termination_reasons']}",
+        f"ends {report['termination_reasons']}"
+        + "".join(f"; {k} {v:.4g}" for k, v in report.get("metrics", {}).items()),
         file=sys.stderr,
     )
     if args.out:

@@ -18,9 +18,12 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
     success_rate      float in [0, 1], or null when the task reports no `success` metric
     termination_reasons  {reason: episodes that ended with it}; an episode can count under
                       several reasons; "time_out" marks truncation
+    metrics           {name: mean over episodes} of each task metric's per-episode mean
+                      (velocity tracking error, lift height, distance, ...; `success` too)
     per_seed          [{"seed", "return_mean", "return_std", "length_mean",
-                        "success_rate", "termination_reasons"}, ...]
-    episodes          [{"seed", "env", "return", "length", "success", "reasons"}, ...]
+                        "success_rate", "termination_reasons", "metrics"}, ...]
+    episodes          [{"seed", "env", "return", "length", "success", "reasons",
+                        "metrics"}, ...]
     wall_s            float
     execution         (optional, chunked policies) {"n_act", "ensemble_decay",
                       "noise_seed": "seed"}: how chunks were executed; the flow's noise of
@@ -142,7 +145,13 @@ def _summary(rows: list[dict[str, Any]], has_success: bool) -> dict[str, Any]:
         "length": _stats([r["length"] for r in rows]),
         "success_rate": _success_rate(rows, has_success),
         "termination_reasons": _reasons(rows),
+        "metrics": _metric_means(rows),
     }
+
+
+def _metric_means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    names = sorted({k for r in rows for k in r.get("metrics", {})})
+    return {k: float(np.mean([r["metrics"][k] for r in rows if k in r["metrics"]])) for k in names}
 
 
 def _seed_summary(seed: int, rows: list[dict[str, Any]], has_success: bool) -> dict[str, Any]:
@@ -154,6 +163,7 @@ def _seed_summary(seed: int, rows: list[dict[str, Any]], has_success: bool) -> d
         "length_mean": float(np.mean([r["length"] for r in rows])),
         "success_rate": _success_rate(rows, has_success),
         "termination_reasons": _reasons(rows),
+        "metrics": _metric_means(rows),
     }
 
 
@@ -202,6 +212,18 @@ def _check_rate(value: Any, where: str, problems: list[str]) -> None:
         problems.append(f"{where} must be null or a number in [0, 1], got {value!r}")
 
 
+def _check_metrics(value: Any, where: str, problems: list[str]) -> None:
+    """Optional (reports before task metrics lack it): {name: finite number}."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str)
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(float(v))
+        for k, v in value.items()
+    ):
+        problems.append(f"{where} must map metric names to finite numbers, got {value!r}")
+
+
 def validate_report(report: Any) -> None:
     """Raise `EvalSchemaError` naming every way `report` departs from `SCHEMA`."""
     problems: list[str] = []
@@ -216,6 +238,7 @@ def validate_report(report: Any) -> None:
             report.get(key), dict.fromkeys(("mean", "std", "min", "max"), float), key, problems
         )
     _check_rate(report.get("success_rate", "missing"), "report.success_rate", problems)
+    _check_metrics(report.get("metrics", {}), "report.metrics", problems)
     episodes = report.get("episodes", [])
     if isinstance(episodes, list):
         for i, row in enumerate(episodes):

@@ -68,15 +68,19 @@ class Episode:
     reasons: list[str]
     success: bool | None
     """The task's `success` metric at the episode's last step; None if it has none."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Each task metric (`StepResult.extras`: tracking error, lift height, ...) averaged
+    over the episode's steps."""
 
     def to_dict(self) -> dict[str, Any]:
-        """{env, return, length, success, reasons}: the eval report's episode row."""
+        """{env, return, length, success, reasons, metrics}: the eval report's episode row."""
         return {
             "env": self.env,
             "return": self.ret,
             "length": self.length,
             "success": self.success,
             "reasons": list(self.reasons),
+            "metrics": dict(self.metrics),
         }
 
 
@@ -144,6 +148,8 @@ def rollout(
     obs = task.reset() if obs is None else obs
     result = RolloutResult(0)
     counted = np.zeros(task.num_envs, dtype=bool)
+    sums: dict[str, np.ndarray] = {}  # per metric, (N,) sums over each env's episode
+    steps_in = np.zeros(task.num_envs)  # steps summed (an episode may predate the rollout)
     step = 0
     while (steps is None or step < steps) and (episodes is None or len(result.episodes) < episodes):
         current = obs
@@ -155,7 +161,12 @@ def rollout(
         if ended.any():
             stepper.reset(np.flatnonzero(ended))
         success = out.extras.get(SUCCESS_METRIC)
+        for name, values in out.extras.items():
+            sums.setdefault(name, np.zeros(task.num_envs))
+            sums[name] += values
+        steps_in += 1
         for env in np.flatnonzero(ended & ~counted if one_per_env else ended):
+            n = steps_in[env]
             result.episodes.append(
                 Episode(
                     env=int(env),
@@ -163,8 +174,12 @@ def rollout(
                     length=int(out.episode_length[env]),
                     reasons=sorted(k for k, v in out.reasons.items() if v[env]),
                     success=None if success is None else bool(success[env] > 0.5),
+                    metrics={k: float(v[env]) / n for k, v in sorted(sums.items())},
                 )
             )
+        for values in sums.values():
+            values[ended] = 0.0
+        steps_in[ended] = 0
         if one_per_env:
             counted |= ended
         if on_step is not None:
