@@ -519,6 +519,20 @@ class Task(abc.ABC):
             episode_seed=int(self.episode_seed[env]),
         )
 
+    def fork_env(self, source: int, targets: np.ndarray) -> None:
+        """Continue env `source` in envs `targets` too: each becomes an exact copy of its
+        physics and task rows (branching rollouts; siblings then diverge through their own
+        actions). Read the new observations with `observation()` once all forks are done."""
+        state = self.save_env(source)
+        ids = np.array([env_index(e, self.num_envs) for e in np.asarray(targets).tolist()])
+        for env in ids.tolist():
+            self._write_env(int(env), state)
+        self.state_restored(ids.astype(np.int64))
+
+    def observation(self) -> dict[str, np.ndarray]:
+        """The observation groups of every env now, as step and reset return them."""
+        return self._noisy(self.observe())
+
     def restore_env(self, env: int, state: EnvState) -> dict[str, np.ndarray]:
         """Put env env into state (saved from any env of a task built from the same config,
         possibly another instance); returns the observation groups of every env, as restart.
@@ -548,12 +562,15 @@ class Task(abc.ABC):
                     f"task {self.cfg.name!r}: env state {name!r} is {row.dtype} {row.shape}; this"
                     f" task's rows are {current.dtype} {current.shape[1:]}"
                 )
-        self.sim.restore_env(env, state.sim)  # checks the snapshot before it writes
-        for name in names:
-            getattr(self, name)[env] = state.arrays[name]
-        self.episode_seed[env] = state.episode_seed
+        self._write_env(env, state)
         self.state_restored(np.array([env], dtype=np.int64))
         return self._noisy(self.observe())
+
+    def _write_env(self, env: int, state: EnvState) -> None:
+        self.sim.restore_env(env, state.sim)  # checks the snapshot before it writes
+        for name in self._env_rows():
+            getattr(self, name)[env] = state.arrays[name]
+        self.episode_seed[env] = state.episode_seed
 
     def metadata(self) -> dict[str, Any]:
         """What export writes next to the policy."""

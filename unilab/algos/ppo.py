@@ -54,6 +54,10 @@ class PPOConfig(AlgoConfig):
     """Hidden activation: elu, relu, tanh, silu, gelu."""
     init_std: float = 1.0
     """Initial action standard deviation."""
+    group_baseline: float = 0.0
+    """With branching rollouts (runtime.branching_k > 1): weight of the group-relative
+    advantage at each branch point, a sibling's return minus its siblings' mean (0: GAE
+    only; 1: the group baseline alone there)."""
 
 
 @register_algo("ppo", PPOConfig)
@@ -96,12 +100,20 @@ class PPO(Algorithm):
         reward, terminated = batch["reward"], batch["terminated"]
         done = torch.clamp(terminated + batch["truncated"], max=1.0)
         deltas = reward + self.cfg.gamma * (1.0 - terminated) * next_values - values
-        adv = torch.zeros_like(values)
-        running = torch.zeros_like(values[0])
-        for t in range(values.shape[0] - 1, -1, -1):
-            running = deltas[t] + self.cfg.gamma * self.cfg.lam * (1.0 - done[t]) * running
+        adv = self._discounted(deltas, done, self.cfg.lam)
+        returns = adv + values
+        if self.cfg.group_baseline > 0 and "branch_point" in batch:
+            full = self._discounted(deltas, done, 1.0)  # return-to-go minus V, in the chunk
+            adv = group_relative(adv, full, batch["branch_point"], self.cfg.group_baseline)
+        return values, adv, returns
+
+    def _discounted(self, deltas: torch.Tensor, done: torch.Tensor, lam: float) -> torch.Tensor:
+        adv = torch.zeros_like(deltas)
+        running = torch.zeros_like(deltas[0])
+        for t in range(deltas.shape[0] - 1, -1, -1):
+            running = deltas[t] + self.cfg.gamma * lam * (1.0 - done[t]) * running
             adv[t] = running
-        return values, adv, adv + values
+        return adv
 
     # -- update -----------------------------------------------------------------------------
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -246,3 +258,21 @@ class PPO(Algorithm):
         self.lr = float(state["lr"])
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
+
+
+def group_relative(
+    adv: torch.Tensor, full: torch.Tensor, branch_point: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """At each branch point (the step after a group of k envs forked, `branch_point[t]` =
+    k), blend each sibling's advantage with its return minus the group's mean return.
+    Siblings share the state there, so V cancels and `full` (the lambda = 1 advantage)
+    stands for the return. Groups are k consecutive envs starting at a multiple of k."""
+    out = adv.clone()
+    forked_steps = torch.nonzero(branch_point[:-1].amax(dim=1) > 0).flatten().tolist()
+    for t in forked_steps:
+        k = int(branch_point[t].max().item())
+        envs = torch.nonzero(branch_point[t] > 0).flatten()
+        g = full[t + 1, envs].reshape(-1, k)
+        rel = (g - g.mean(dim=1, keepdim=True)).reshape(-1)
+        out[t + 1, envs] = (1.0 - weight) * adv[t + 1, envs] + weight * rel
+    return out

@@ -90,6 +90,11 @@ class RuntimeConfig:
     """Share of episodes spread evenly over all bins whatever the posteriors say."""
     allocation_success_return: float | None = None
     """An episode's outcome is return >= this; None: the task's `success` metric."""
+    branching_k: int = checked(1, ge=1)
+    """Branching rollouts: envs per group continuing one leader's state (1: off); must
+    divide the envs per worker (unilab.runtime.branching)."""
+    branching_every: int = checked(50, ge=1)
+    """Leader episode steps between two forks of its group."""
     backend: str = checked("local", choices=("local", "ray"))
     """local: workers are processes of this machine; ray: they run on Ray rollout hosts
     (the `ray` section; `pip install -e '.[ray]'`)."""

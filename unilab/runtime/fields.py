@@ -83,7 +83,7 @@ def transition_fields(
 
 
 def info_fields(
-    reward_terms: list[str], task_metrics: list[str], reset_bins: int = 1
+    reward_terms: list[str], task_metrics: list[str], reset_bins: int = 1, branching: bool = False
 ) -> FieldSpecs:
     """Per-step logging fields every chunk carries: each reward term and each task metric,
     in sorted name order (the learner logs their means; algorithms ignore them), and for a
@@ -92,6 +92,8 @@ def info_fields(
     fields: FieldSpecs = {}
     if reset_bins > 1:
         fields["episode_bin"] = ((), "float32")
+    if branching:  # group size k where a group forked after step t (unilab.runtime.branching)
+        fields["branch_point"] = ((), "float32")
     if reward_terms:
         fields["reward_terms"] = ((len(reward_terms),), "float32")
     if task_metrics:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from unilab.runtime.branching import BranchPlan
 from unilab.runtime.fields import obs_group_of
 from unilab.runtime.policy import ActionQueue, Policy, StepExecutor
 from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy, own_executor
@@ -272,9 +273,12 @@ def collect_chunk(
     state: RolloutState,
     on_step: Callable[[], None] | None = None,
     n_act: int | None = None,
+    branching: BranchPlan | None = None,
 ) -> RolloutState:
     """Run T = out['action'].shape[0] steps with sampled actions, writing every field of
-    `out` in place. `on_step` runs once per step (a worker's heartbeat)."""
+    `out` in place. `on_step` runs once per step (a worker's heartbeat). `branching` forks
+    groups of envs from their leader's state (`unilab.runtime.branching`); `out` then has
+    a `branch_point` field."""
     numpy_policy = as_numpy_policy(policy)
     if state.queue is None:
         state.queue = ActionQueue(
@@ -287,6 +291,8 @@ def collect_chunk(
     has_logprob = "logprob" in out
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     has_bins = "episode_bin" in out
+    if branching is not None and "branch_point" not in out:
+        raise ValueError("branching needs a branch_point field in the chunk")
     for t in range(horizon):
         t0 = time.perf_counter()
         action_np = queue.next(numpy_policy, state.obs)
@@ -315,6 +321,17 @@ def collect_chunk(
         if has_bins:
             out["episode_bin"][t] = -1 if result.episode_bin is None else result.episode_bin
         state.obs = result.obs
+        if branching is not None:
+            out["branch_point"][t] = 0.0
+            forked = branching.fork(task, result.terminated | result.truncated)
+            if forked is not None:
+                mask, state.obs = forked
+                out["branch_point"][t, mask] = float(branching.k)
+                # a sibling's own trajectory stops here: bootstrapped, like a time-out
+                cut = mask & ~(result.terminated | result.truncated)
+                cut[:: branching.k] = False  # leaders go on
+                out["truncated"][t, cut] = 1.0
+                queue.episodes_ended(cut)
         state.sim_unstable += int(result.reasons["sim_unstable"].sum())
         state.inference_s += t1 - t0
         state.sim_s += t2 - t1

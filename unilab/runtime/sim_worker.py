@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unilab.runtime.branching import BranchPlan
 from unilab.runtime.flat_weights import flat_to_actor
 from unilab.runtime.rollout import collect_chunk, start_rollout
 from unilab.runtime.torch_policy import NumpyPolicy, PolicyModule
@@ -68,7 +69,12 @@ def _wait_for_weights(
 
 
 def run_sim_worker(
-    ctx: WorkerContext, task: Task, actor: PolicyModule, sync: bool, n_act: int | None = None
+    ctx: WorkerContext,
+    task: Task,
+    actor: PolicyModule,
+    sync: bool,
+    n_act: int | None = None,
+    branching: BranchPlan | None = None,
 ) -> None:
     """Collect chunks into the ring until stopped. `actor` is a CPU policy whose weights the
     loop replaces with each published version; `ctx.config` carries the stats segment and
@@ -115,7 +121,9 @@ def run_sim_worker(
                 rollout.inference_s,
                 rollout.sim_unstable,
             )
-            collect_chunk(task, policy, views, rollout, on_step=ctx.heartbeat, n_act=n_act)
+            collect_chunk(
+                task, policy, views, rollout, ctx.heartbeat, n_act=n_act, branching=branching
+            )
             seq_next = seq + 1
             iteration = offset + version
             if sync and state_dir is not None and save_every > 0 and iteration % save_every == 0:

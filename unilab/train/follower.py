@@ -75,7 +75,10 @@ def follow(cfg: Config, world: World) -> int:
         cfg, run=dataclasses.replace(cfg.run, seed=cfg.run.seed + world.rank * RANK_SEED_STRIDE)
     )
     fields = algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
-    fields.update(info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins))
+    branching = cfg.runtime.branching_k > 1
+    fields.update(
+        info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins, branching)
+    )
     # this rank's own posteriors, from its own workers' episodes
     allocation = RolloutAllocation(own, shapes.reset_bins, shapes.task_metrics, own.run.seed)
     runtime = LearnerRuntime(

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from unilab.config.errors import ConfigError
+from unilab.runtime.branching import BranchingError, BranchPlan
 from unilab.runtime.fields import FieldSpecs, info_fields
 from unilab.runtime.learner_side import Batch, LearnerRuntime
 from unilab.runtime.signals import StopSignal
@@ -56,6 +58,11 @@ class RolloutLoop(TrainLoop):
         self._allocation = RolloutAllocation(
             cfg, shapes.reset_bins, shapes.task_metrics, cfg.run.seed
         )
+        rt = cfg.runtime
+        try:
+            BranchPlan.check(rt.branching_k, rt.branching_every, cfg.sim.num_envs // rt.num_workers)
+        except BranchingError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def allocation(self) -> RolloutAllocation:
@@ -125,7 +132,10 @@ class RolloutLoop(TrainLoop):
         shapes = self.runner.shapes
         fields = self.runner.algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
         if with_info:
-            fields.update(info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins))
+            branching = self.runner.cfg.runtime.branching_k > 1
+            fields.update(
+                info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins, branching)
+            )
         return fields
 
     def prepare(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from unilab.runtime.branching import BranchPlan
 from unilab.runtime.sim_worker import pin_to_core, run_sim_worker
 from unilab.runtime.worker_base import WorkerContext
 
@@ -27,4 +28,6 @@ def sim_worker_main(ctx: WorkerContext) -> None:
     task, policy = make_task_and_policy(
         cfg, ctx.num_envs, ctx.seed, nthread=cfg.runtime.threads_per_worker
     )
-    run_sim_worker(ctx, task, policy, sync=cfg.runtime.mode == "sync")
+    rt = cfg.runtime
+    branching = BranchPlan.check(rt.branching_k, rt.branching_every, ctx.num_envs)
+    run_sim_worker(ctx, task, policy, sync=rt.mode == "sync", branching=branching)
