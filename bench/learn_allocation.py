@@ -29,12 +29,17 @@ from unilab.workflows.train import train
 DEFAULT_OUT = "bench/results/learn_allocation.json"
 
 
-def run_one(args: argparse.Namespace, mode: str, seed: int, root: Path) -> dict[str, Any]:
+def run_one(
+    args: argparse.Namespace, mode: str, seed: int, root: Path, arm: list[str] | None = None
+) -> dict[str, Any]:
+    """One training run; `arm`: the overrides that make this arm (default: the allocation
+    `mode` over `--bins`)."""
+    if arm is None:
+        arm = [f"task.target_bins={args.bins}", f"runtime.allocation={mode}"]
     cfg = compose(
         [
             f"task={args.task}",
-            f"task.target_bins={args.bins}",
-            f"runtime.allocation={mode}",
+            *arm,
             f"run.seed={seed}",
             f"run.total_env_steps={args.steps}",
             f"eval.every={args.eval_every}",
@@ -66,6 +71,9 @@ def run_one(args: argparse.Namespace, mode: str, seed: int, root: Path) -> dict[
         "final_eval_success": evals[-1][2] if evals else None,
         "bin_success": [last[f"alloc/success_{k}"] for k in bins],
         "bin_prob": [last[f"alloc/prob_{k}"] for k in bins],
+        "allocation_s_per_wall_s": float(last["runtime/allocation_s"] / last["train/wall_s"])
+        if "runtime/allocation_s" in last
+        else None,
         "curve": evals,
     }
 
@@ -99,7 +107,12 @@ def plot(runs: list[dict[str, Any]], path: Path, target: float) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    colours = {"uniform": "tab:blue", "thompson": "tab:orange"}
+    colours = {
+        "uniform": "tab:blue",
+        "thompson": "tab:orange",
+        "plain": "tab:blue",
+        "branching": "tab:orange",
+    }
     for r in runs:
         steps = [c[0] for c in r["curve"]]
         rate = [c[2] for c in r["curve"]]

@@ -164,6 +164,7 @@ class ArmReach(ArmTask):
         "tracking_fine": 1.0,
         "action_rate": -0.01,
         "joint_velocity": -0.001,
+        "success": 0.0,  # off by default; the sparse variant: task.reward_weights.success=1
     }
     state_attrs: ClassVar[tuple[str, ...]] = ("target", "steps_to_resample")
 
@@ -244,6 +245,10 @@ class ArmReach(ArmTask):
 
     def reward_tracking(self) -> np.ndarray:
         return 1.0 - np.tanh(self.distance / self.cfg.tracking_sigma)
+
+    def reward_success(self) -> np.ndarray:
+        """1 while the end effector is within success_tolerance of the target (sparse)."""
+        return (self.distance < self.cfg.success_tolerance).astype(np.float64)
 
     def reward_tracking_fine(self) -> np.ndarray:
         return 1.0 - np.tanh(self.distance / self.cfg.fine_tracking_sigma)

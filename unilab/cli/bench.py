@@ -25,6 +25,8 @@ BENCHMARKS = {
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",
     "ray_hosts": "Ray rollout hosts on a stand-in cluster: per-chunk transport, learner cost, steps/s vs hosts",
     "env_state": "one env's save + restore (branching rollouts) against one step of the batch",
+    "learn_allocation": "reset bins: uniform vs Thompson allocation, env steps to a target success",
+    "learn_branching": "sparse-reward arm_reach: branching rollouts vs plain, env steps to a target",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]

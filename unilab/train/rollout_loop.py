@@ -202,7 +202,8 @@ class RolloutLoop(TrainLoop):
                 metrics = runner.algo.update(batch.tensors)
             with prof.section("publish"):
                 runtime.publish(self.allocation.weights(runner.algo.actor))
-            alloc_row = self.allocation.learn(runtime.host_batch)
+            with prof.section("allocation"):
+                alloc_row = self.allocation.learn(runtime.host_batch)
             runner.iteration += 1
             runner.env_steps += batch.env_steps * world.size
             episode = runtime.host_batch["episode_return"]
@@ -258,6 +259,7 @@ class RolloutLoop(TrainLoop):
         row["runtime/learner_wait_s"] = totals.get("learner_wait", 0.0)
         row["runtime/update_s"] = totals.get("update", 0.0)
         row["runtime/publish_s"] = totals.get("publish", 0.0)
+        row["runtime/allocation_s"] = totals.get("allocation", 0.0)
         shapes = runner.shapes
         row.update(info_means(runtime.host_batch, shapes.reward_terms, shapes.task_metrics))
         row.update({f"workers/{k}": v for k, v in runtime.stats.totals().items()})
