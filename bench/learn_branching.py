@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from unilab.bench.learn_allocation import plot, run_one, summarize
 from unilab.bench.common import machine_info, print_table, write_json
+from unilab.bench.learn_allocation import plot, run_one, summarize
 
 DEFAULT_OUT = "bench/results/learn_branching.json"
 SPARSE = [
