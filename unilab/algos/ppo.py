@@ -15,6 +15,7 @@ from torch import nn
 
 from unilab.algos.base import Algorithm
 from unilab.algos.registry import register_algo
+from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
 from unilab.policies.actor_critic import GaussianActor, ValueCritic
 
@@ -54,7 +55,7 @@ class PPOConfig(AlgoConfig):
     """Hidden activation: elu, relu, tanh, silu, gelu."""
     init_std: float = 1.0
     """Initial action standard deviation."""
-    group_baseline: float = 0.0
+    group_baseline: float = checked(0.0, ge=0, le=1)
     """With branching rollouts (runtime.branching_k > 1): weight of the group-relative
     advantage at each branch point, a sibling's return minus its siblings' mean (0: GAE
     only; 1: the group baseline alone there)."""
