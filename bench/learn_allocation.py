@@ -75,6 +75,11 @@ def run_one(
         if "runtime/allocation_s" in last
         else None,
         "curve": evals,
+        # worker time outside physics and inference (ring writes, and forks when branching)
+        "worker_write_s_per_sim_s": float(last["workers/write_s"] / last["workers/sim_s"])
+        if last.get("workers/sim_s")
+        else None,
+        "wall_s": float(last["train/wall_s"]),
     }
 
 
