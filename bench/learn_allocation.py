@@ -105,6 +105,17 @@ def summarize(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[str, An
     return table
 
 
+def ratios(table: list[dict[str, Any]]) -> dict[str, float | None]:
+    """`<b>_vs_<a>_steps_to_target` and `..._wall_to_target`: a's mean over b's (> 1: b
+    reaches the target sooner), for the second mode against the first."""
+    a, b = table[0], table[1]
+    out: dict[str, float | None] = {}
+    for key, label in (("mean_steps_to_target", "steps"), ("mean_wall_s_to_target", "wall")):
+        ok = a[key] is not None and b[key] is not None and b[key] > 0
+        out[f"{b['mode']}_vs_{a['mode']}_{label}_to_target"] = a[key] / b[key] if ok else None
+    return out
+
+
 def plot(runs: list[dict[str, Any]], path: Path, target: float) -> None:
     import matplotlib
 
@@ -166,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             "bins": args.bins,
             "steps": args.steps,
             "target": args.target,
-            "summary": table,
+            "rows": table,
+            "ratios": ratios(table),
             "runs": runs,
             "plot": str(png),
             "machine": machine_info(),

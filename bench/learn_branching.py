@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from unilab.bench.common import machine_info, print_table, write_json
-from unilab.bench.learn_allocation import plot, run_one, summarize
+from unilab.bench.learn_allocation import plot, ratios, run_one, summarize
 
 DEFAULT_OUT = "bench/results/learn_branching.json"
 SPARSE = [
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             "arms": arms,
             "steps": args.steps,
             "target": args.target,
-            "summary": table,
+            "rows": table,
+            "ratios": ratios(table),
             "runs": runs,
             "plot": str(png),
             "machine": machine_info(),

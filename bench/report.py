@@ -31,6 +31,8 @@ COMMANDS = {
     "learn_quadruped": "unilab bench learn_quadruped --minutes 20",
     "render": "unilab bench render",
     "experts": "unilab bench experts",
+    "learn_allocation": "unilab bench learn_allocation --eval-every 8",
+    "learn_branching": "unilab bench learn_branching --eval-every 8 task.success_tolerance=0.05",
 }
 
 
