@@ -32,9 +32,6 @@ COMMANDS = {
     "render": "unilab bench render",
     "experts": "unilab bench experts",
     "learn_allocation": "unilab bench learn_allocation --eval-every 8",
-    "learn_allocation_uneven": "unilab bench learn_allocation --eval-every 8 --bins [2,1,2] "
-    "--target 0.75 --out bench/results/learn_allocation_uneven.json "
-    "task.target_low=[0.2,-0.25,0.05] task.target_high=[0.8,0.25,0.7]",
     "learn_branching": "unilab bench learn_branching --eval-every 8 task.success_tolerance=0.05",
 }
 
