@@ -202,8 +202,10 @@ class RolloutLoop(TrainLoop):
                 metrics = runner.algo.update(batch.tensors)
             with prof.section("publish"):
                 runtime.publish(self.allocation.weights(runner.algo.actor))
-            with prof.section("allocation"):
-                alloc_row = self.allocation.learn(runtime.host_batch)
+            alloc_row: dict[str, float] = {}
+            if self.allocation.tail:  # the task has reset bins
+                with prof.section("allocation"):
+                    alloc_row = self.allocation.learn(runtime.host_batch)
             runner.iteration += 1
             runner.env_steps += batch.env_steps * world.size
             episode = runtime.host_batch["episode_return"]
