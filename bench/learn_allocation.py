@@ -30,12 +30,9 @@ DEFAULT_OUT = "bench/results/learn_allocation.json"
 
 
 def run_one(
-    args: argparse.Namespace, mode: str, seed: int, root: Path, arm: list[str] | None = None
+    args: argparse.Namespace, mode: str, seed: int, root: Path, arm: list[str]
 ) -> dict[str, Any]:
-    """One training run; `arm`: the overrides that make this arm (default: the allocation
-    `mode` over `--bins`)."""
-    if arm is None:
-        arm = [f"task.target_bins={args.bins}", f"runtime.allocation={mode}"]
+    """One training run of the arm named `mode`, made by the overrides `arm`."""
     cfg = compose(
         [
             f"task={args.task}",
@@ -157,14 +154,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="more key=value config overrides")
     args = p.parse_args(argv)
     modes = args.modes.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    arms = {m: [f"task.target_bins={args.bins}", f"runtime.allocation={m}"] for m in modes}
+    compare_arms(args, arms, "bench.learn_allocation", argv, {"bins": args.bins})
+    return 0
+
+
+def compare_arms(
+    args: argparse.Namespace,
+    arms: dict[str, list[str]],
+    module: str,
+    argv: list[str] | None,
+    extra: dict[str, Any],
+) -> None:
+    """Train every arm (name -> overrides) on every seed, interleaved so drift in box load
+    hits all arms alike; print the table, write JSON (`rows`, `ratios` of the second arm
+    against the first) and the curves' PNG to `args.out`."""
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:  # interleaved: drift in box load hits both modes alike
-            for mode in modes:
-                print(f"{mode} seed {seed} ...", file=sys.stderr, flush=True)
-                runs.append(run_one(args, mode, seed, Path(tmp)))
-    table = summarize(runs, modes)
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for name, arm in arms.items():
+                print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
+                runs.append(run_one(args, name, seed, Path(tmp), arm=arm))
+    table = summarize(runs, list(arms))
     print_table(table, list(table[0]))
     out = Path(args.out)
     png = out.with_suffix(".png")
@@ -172,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         out,
         {
-            "command": "python -m bench.learn_allocation " + " ".join(argv or sys.argv[1:]),
+            "command": f"python -m {module} " + " ".join(argv or sys.argv[1:]),
             "task": args.task,
-            "bins": args.bins,
+            "arms": arms,
+            **extra,
             "steps": args.steps,
             "target": args.target,
             "rows": table,
@@ -185,7 +197,6 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     print(f"wrote {out} and {png}")
-    return 0
 
 
 if __name__ == "__main__":

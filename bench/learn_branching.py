@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
-from unilab.bench.common import machine_info, print_table, write_json
-from unilab.bench.learn_allocation import plot, ratios, run_one, summarize
+from unilab.bench.learn_allocation import compare_arms
 
 DEFAULT_OUT = "bench/results/learn_branching.json"
 SPARSE = [
@@ -50,33 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             f"algo.group_baseline={args.group_baseline}",
         ],
     }
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            for name, arm in arms.items():  # interleaved: load drift hits both arms alike
-                print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
-                runs.append(run_one(args, name, seed, Path(tmp), arm=arm))
-    table = summarize(runs, list(arms))
-    print_table(table, list(table[0]))
-    out = Path(args.out)
-    png = out.with_suffix(".png")
-    plot(runs, png, args.target)
-    write_json(
-        out,
-        {
-            "command": "python -m bench.learn_branching " + " ".join(argv or sys.argv[1:]),
-            "task": args.task,
-            "arms": arms,
-            "steps": args.steps,
-            "target": args.target,
-            "rows": table,
-            "ratios": ratios(table),
-            "runs": runs,
-            "plot": str(png),
-            "machine": machine_info(),
-        },
-    )
-    print(f"wrote {out} and {png}")
+    compare_arms(args, arms, "bench.learn_branching", argv, {})
     return 0
 
 

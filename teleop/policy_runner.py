@@ -104,33 +104,28 @@ class HilPolicy:
         meta = self.metadata
         if meta is None:
             return
+        self._check_widths("policy", robot, meta.action_dim, meta.obs_group, meta.obs_dim)
+
+    def _check_widths(
+        self, kind: str, robot: dict[str, Any], action_dim: int, group: str, obs_dim: int
+    ) -> None:
+        """The action width, and the width of observation `group` (0: not read)."""
         n = len(robot["action_names"])
-        if meta.action_dim != n:
+        if action_dim != n:
             raise PolicyMismatchError(
-                f"policy {self.name} outputs {meta.action_dim} actions; the robot takes {n} "
+                f"{kind} {self.name} outputs {action_dim} actions; the robot takes {n} "
                 f"({robot['action_names']})"
             )
         dims = robot["obs_dims"]
-        if dims.get(meta.obs_group) != meta.obs_dim:
+        if obs_dim and dims.get(group) != obs_dim:
             raise PolicyMismatchError(
-                f"policy {self.name} reads {meta.obs_group!r} of width {meta.obs_dim}; the "
-                f"robot sends {dims}"
+                f"{kind} {self.name} reads {group!r} of width {obs_dim}; the robot sends {dims}"
             )
 
     def _check_vla(self, robot: dict[str, Any]) -> None:
         vla = self.vla
         assert vla is not None
-        n = len(robot["action_names"])
-        if vla.action_dim != n:
-            raise PolicyMismatchError(
-                f"VLA {self.name} outputs {vla.action_dim} actions; the robot takes {n} "
-                f"({robot['action_names']})"
-            )
-        dims = robot["obs_dims"]
-        if vla.proprio_dim and dims.get("policy") != vla.proprio_dim:
-            raise PolicyMismatchError(
-                f"VLA {self.name} reads 'policy' of width {vla.proprio_dim}; the robot sends {dims}"
-            )
+        self._check_widths("VLA", robot, vla.action_dim, "policy", vla.proprio_dim)
         streamed = {c: list(s) for c, s in robot.get("cameras", {}).items()}
         for cam, (h, w) in vla.cameras.items():
             if cam not in streamed:
