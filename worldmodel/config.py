@@ -39,7 +39,7 @@ class WorldModelConfig(AlgoConfig):
     reward_weight: float = checked(1.0, ge=0.0)
     """Weight of the error of the chunk's summed reward."""
     done_weight: float = checked(0.1, ge=0.0)
-    """Weight of the episode-end cross-entropy."""
+    """Weight of the episode-end and success cross-entropies."""
     val_fraction: float = 0.1
     """Episodes held out for validation (split by episode, deterministic for a seed)."""
     val_every: int = checked(500, ge=1)

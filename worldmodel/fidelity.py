@@ -135,7 +135,7 @@ def open_loop(
     }
     for k in range(chunks):
         acts = np.stack([data[i]["action"][s + k * h : s + (k + 1) * h] for i, s in windows])
-        z, p, _, _ = m.predict(z, p, torch.from_numpy(acts).to(torch.float32), pad)
+        z, p, _, _, _ = m.predict(z, p, torch.from_numpy(acts).to(torch.float32), pad)
         truth = frames_at((k + 1) * h)
         z_true, x_true, p_true = m.encode(truth), unit(truth), proprio_at((k + 1) * h)
         for name, (zz, xx, pp) in (

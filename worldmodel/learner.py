@@ -10,7 +10,9 @@ the loss:
     prediction      |decode(z^_t+H) - x_t+H|^2                      (the frame H ahead)
     latent          |z^_t+H - sg(encode(x_t+H))|^2                  * latent_weight
     proprioception  |p^_t+H - p_t+H|^2 (normalized)                 * proprio_weight
-    reward, done    squared error, binary cross-entropy             * their weights
+    reward          squared error of the chunk's summed reward      * reward_weight
+    done, success   cross-entropy of "terminates in the chunk" and
+                    "... and the episode succeeded" (metadata)     * done_weight
 
 Held-out validation reports the prediction's frame and proprioception errors next to the
 copy-last-frame baseline's on the same transitions (`val_frame_mse` vs
@@ -94,7 +96,10 @@ class WorldModelLearner(Algorithm):
         self.cfg: WorldModelConfig = cfg
         self.model = model_from_shapes(cfg, obs_dims, action_dim).to(device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self.model.parameters(),
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            fused=True,  # one kernel for all parameters: small nets are op-bound
         )
         self.step = 0
         self.generator = torch.Generator()  # nothing random in the loss; kept for the protocol
@@ -125,6 +130,7 @@ class WorldModelLearner(Algorithm):
         shapes["action"] = (self.cfg.horizon, self.action_dim)
         shapes["nstep_reward"] = ()
         shapes["nstep_done"] = ()
+        shapes["nstep_success"] = ()
         return shapes
 
     def _proprio(self, batch: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
@@ -147,7 +153,7 @@ class WorldModelLearner(Algorithm):
         p_n = self._proprio(batch, f"next/{cfg.proprio_field}")
         actions = batch["action"].to(dev, torch.float32)
         pad = batch["action_is_pad"].to(dev)
-        z_hat, p_hat, reward, done = m.predict(z_t, p_t, actions, pad)
+        z_hat, p_hat, reward, done, success = m.predict(z_t, p_t, actions, pad)
 
         def per_item(x: torch.Tensor) -> torch.Tensor:
             return x.flatten(1).mean(1) if x.dim() > 1 and x.shape[1] else x.new_zeros(x.shape[0])
@@ -160,6 +166,9 @@ class WorldModelLearner(Algorithm):
             "reward": (reward - batch["nstep_reward"].to(dev)).square(),
             "done": F.binary_cross_entropy_with_logits(
                 done, batch["nstep_done"].to(dev, torch.float32), reduction="none"
+            ),
+            "success": F.binary_cross_entropy_with_logits(
+                success, batch["nstep_success"].to(dev, torch.float32), reduction="none"
             ),
             "copy_frame": per_item((x_t - x_n).square()),
             "copy_latent": per_item((z_t.detach() - z_target).square()),
@@ -174,7 +183,7 @@ class WorldModelLearner(Algorithm):
             + cfg.latent_weight * terms["latent"]
             + cfg.proprio_weight * terms["proprio"]
             + cfg.reward_weight * terms["reward"]
-            + cfg.done_weight * terms["done"]
+            + cfg.done_weight * (terms["done"] + terms["success"])
         )
 
     # -- learning -------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 the cameras), and a latent dynamics MLP that steps one action chunk at a time.
 
     z_t = encode(frames_t)                                   (B, cams, latent)
-    z_t+H, p_t+H, reward, done = predict(z_t, p_t, actions t..t+H-1, pad mask)
+    z_t+H, p_t+H, reward, done, success = predict(z_t, p_t, actions t..t+H-1, pad mask)
     frames_t+H ~ decode(z_t+H)
 
 Latents and proprioception are predicted as residuals (next = current + delta): a model
@@ -116,7 +116,8 @@ class WorldModel(nn.Module):
         for i in range(layers):
             body += [nn.Linear(inp if i == 0 else width, width), nn.LayerNorm(width), nn.SiLU()]
         self.body = nn.Sequential(*body)
-        self.head = nn.Linear(width, z + proprio_dim + 2)  # delta z, delta p, reward, done
+        # delta z, delta p, reward, done logit, success logit
+        self.head = nn.Linear(width, z + proprio_dim + 3)
         nn.init.zeros_(self.head.weight)  # starts as copy-last-frame: residuals of zero
         nn.init.zeros_(self.head.bias)
 
@@ -140,10 +141,11 @@ class WorldModel(nn.Module):
         proprio: torch.Tensor,
         actions: torch.Tensor,
         is_pad: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One chunk ahead. latents (B, cams, latent); proprio (B, P) in normalized units;
         actions (B, H, A) raw; is_pad (B, H) bool (steps past the episode's end).
-        -> next latents, next normalized proprio, chunk reward (B,), done logit (B,)."""
+        -> next latents, next normalized proprio, chunk reward (B,), logits (B,) of "the
+        episode terminates in this chunk" and of "... and succeeds"."""
         keep = (~is_pad).to(torch.float32)[..., None]
         acts = self.action_norm(actions) * keep
         x = torch.cat([latents.flatten(1), proprio, acts.flatten(1), keep.flatten(1)], 1)
@@ -152,4 +154,4 @@ class WorldModel(nn.Module):
         p = self.proprio_dim
         next_latents = latents + out[:, :z].view_as(latents)
         next_proprio = proprio + out[:, z : z + p]
-        return next_latents, next_proprio, out[:, z + p], out[:, z + p + 1]
+        return next_latents, next_proprio, out[:, z + p], out[:, z + p + 1], out[:, z + p + 2]

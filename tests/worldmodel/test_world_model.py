@@ -144,9 +144,11 @@ def test_n_steps_then_resume_then_n_more_equals_2n_straight(demos: Path, tmp_pat
 def test_an_untrained_model_is_the_copy_last_baseline() -> None:
     model = WorldModel(["front"], 32, 5, 3, 4, latent=8, channels=[4, 8], width=16, layers=1)
     z, p = torch.randn(2, 1, 8), torch.randn(2, 5)
-    z2, p2, reward, done = model.predict(z, p, torch.randn(2, 4, 3), torch.zeros(2, 4, dtype=bool))
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    z2, p2, reward, done, success = model.predict(z, p, torch.randn(2, 4, 3), pad)
     assert torch.equal(z2, z) and torch.equal(p2, p)
-    assert torch.equal(reward, torch.zeros(2)) and torch.equal(done, torch.zeros(2))
+    for out in (reward, done, success):
+        assert torch.equal(out, torch.zeros(2))
     frames = {"front": torch.from_numpy(np.zeros((2, 32, 32, 3), np.uint8))}
     assert model.encode(frames).shape == (2, 1, 8)
     assert model.decode(model.encode(frames)).shape == (2, 1, 3, 32, 32)

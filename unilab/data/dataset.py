@@ -5,7 +5,8 @@ Items are dicts of tensors: every requested field at frame t, plus optionally
   past the episode's end (those repeat the last action, as LeRobot does), and
 - an n-step window: `nstep_reward` = Σ_j γ^j r_{t+j} over k = min(n, steps left) steps,
   `nstep_discount` = γ^k (0 when the episode terminated inside the window), `nstep_done`,
-  `nstep_k`, and `next/<field>` = the observation fields at frame t+k.
+  `nstep_k`, `nstep_success` (it terminated inside the window and the episode's metadata
+  says it succeeded), and `next/<field>` = the observation fields at frame t+k.
 
 Windows never cross an episode boundary. The last frame of an episode that did not
 terminate (truncated or unfinished) has no successor observation in the store, so with
@@ -101,6 +102,9 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         self._images: dict[str, np.ndarray] = (
             {n: st.read(n) for n in wanted} if self.images_cached else {}
         )
+        # Per episode: did it succeed (metadata)? n-step windows that reach a successful
+        # episode's termination carry `nstep_success` (world models learn outcomes from it).
+        self._episode_success = np.array([m.success is True for m in st.all_meta()], bool)
         self._store: EpisodeStore | None = st
         self._own_store = own
 
@@ -193,6 +197,7 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
             "nstep_reward": ret.astype(np.float32),
             "nstep_discount": np.where(done, 0.0, gamma**k).astype(np.float32),
             "nstep_done": done,
+            "nstep_success": done & self._episode_success[self.episode_of[t]],
             "nstep_k": k.astype(np.int64),
         }
         for name in self.obs_fields:
