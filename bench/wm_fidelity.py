@@ -35,9 +35,7 @@ KEYS = ("latent_mse", "psnr_db", "proprio_mse")
 def _mean_curves(docs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"horizon_steps": docs[0]["horizon_steps"]}
     for who in ("model", "copy_last"):
-        out[who] = {
-            k: np.mean([d[who][k] for d in docs], axis=0).round(6).tolist() for k in KEYS
-        }
+        out[who] = {k: np.mean([d[who][k] for d in docs], axis=0).round(6).tolist() for k in KEYS}
         out[f"{who}_std"] = {
             k: np.std([d[who][k] for d in docs], axis=0).round(6).tolist() for k in KEYS
         }
@@ -118,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             doc.update(seed=seed, train_s=round(train_s, 1))
             runs.append(doc)
             m, c = doc["model"]["latent_mse"][-1], doc["copy_last"]["latent_mse"][-1]
-            print(f"{task} seed {seed}: {train_s:.0f} s; latent mse at the end {m:.4g} (copy {c:.4g})")
+            print(
+                f"{task} seed {seed}: {train_s:.0f} s; latent mse at the end {m:.4g} (copy {c:.4g})"
+            )
         results[task] = {"runs": runs, "mean": _mean_curves(runs)}
     ratios = {
         f"{task}_copy_over_model_latent_mse_at_max_h": r["mean"]["copy_last"]["latent_mse"][-1]

@@ -172,3 +172,76 @@ def test_bad_input_is_refused_with_what_would_be_valid(demos: Path, tmp_path: Pa
     with pytest.raises(WorldModelRunError, match="run directory not found"):
         load_world_model(tmp_path / "nope")
     assert main(["wm", "eval", str(tmp_path / "nope"), "--store", str(demos)]) == 2
+
+
+TINY_VLA = [
+    "algo.batch_size=8",
+    "algo.warmup_steps=2",
+    "algo.model.width=32",
+    "algo.model.heads=2",
+    "algo.model.image_channels=[8,16]",
+    "algo.model.image_tokens_side=2",
+    "algo.model.horizon=4",
+    "algo.model.n_act=2",
+    "algo.model.num_steps=2",
+    "algo.model.prefix_layers=1",
+    "algo.model.expert_layers=1",
+]
+
+
+def test_generate_writes_origin_wm_episodes_deterministically(demos: Path, tmp_path: Path) -> None:
+    common = [*TASK, f"data.store={demos}", "runtime.learner_threads=1", "run.quiet=true"]
+    common += ["logging.tensorboard=false", "eval.every=0", "viz.rerun=false", "run.export=false"]
+    wm = _train(
+        [
+            *common,
+            *SMALL,
+            "algo=world_model",
+            "algo.horizon=1",
+            "algo.steps=30",
+            "algo.val_every=30",
+            f"run.out_dir={tmp_path / 'wm'}",
+        ]
+    )
+    vla = _train(
+        [
+            *common,
+            *TINY_VLA,
+            "algo=bc_flow",
+            "algo.steps=4",
+            "algo.val_every=4",
+            f"run.out_dir={tmp_path / 'vla'}",
+        ]
+    )
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / f"{name}.zarr"
+        args = ["wm", "generate", str(wm), "--policy", str(vla), "--start-store", str(demos)]
+        args += ["--episodes", "3", "--max-steps", "10", "--max-drift", "1e9", f"store={out}"]
+        assert main(args) == 0
+        outs.append(out)
+    from unilab.data.store import EpisodeStore
+
+    with EpisodeStore.open(outs[0], "r") as a, EpisodeStore.open(outs[1], "r") as b:
+        assert len(a) == len(b) >= 1
+        for i in range(len(a)):
+            ea, eb = a.episode(i), b.episode(i)
+            assert ea.keys() == eb.keys()
+            for key in ea:
+                np.testing.assert_array_equal(ea[key], eb[key], err_msg=key)
+            assert set(ea["origin"].tolist()) == {3}  # ORIGINS.index("wm")
+            tags = a.meta(i).tags
+            assert tags["world_model"]["step"] == 30 and "consistency_drift" in tags
+            assert ea["images/front"].shape[1:] == (32, 32, 3) and len(ea["action"]) <= 10
+    chunk_wm = _train(
+        [
+            *common,
+            *SMALL,
+            "algo=world_model",
+            "algo.steps=2",
+            "algo.val_every=2",
+            f"run.out_dir={tmp_path / 'wm8'}",
+        ]
+    )
+    args = ["wm", "generate", str(chunk_wm), "--policy", str(vla), "--start-store", str(demos)]
+    assert main([*args, f"store={tmp_path / 'c.zarr'}"]) == 2  # horizon 8: says to use 1

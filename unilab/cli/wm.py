@@ -84,6 +84,48 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a world-model run trained with algo.horizon=1")
+    p.add_argument("--policy", required=True, help="a VLA run (bc_flow / bc_mse) to roll out")
+    p.add_argument("--start-store", required=True, help="store whose first frames start rollouts")
+    p.add_argument("--episodes", type=int, default=16)
+    p.add_argument("--max-steps", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-drift", type=float, default=0.5, help="consistency filter: latent drift bound"
+    )
+    p.add_argument("items", nargs="*", metavar="store=PATH", help="where to write the episodes")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
+    from unilab.worldmodel.generate import generate
+
+    stores = [w.removeprefix("store=") for w in args.items if w.startswith("store=")]
+    other = [w for w in args.items if not w.startswith("store=")]
+    if len(stores) != 1 or other:
+        raise ConfigError(
+            f"unilab wm generate takes one store=PATH for its output; got {args.items}"
+        )
+    try:
+        report = generate(
+            load_world_model(Path(args.run)),
+            Path(args.policy),
+            Path(args.start_store),
+            Path(stores[0]),
+            episodes=positive(args.episodes, "--episodes"),
+            max_steps=positive(args.max_steps, "--max-steps"),
+            seed=args.seed,
+            max_drift=args.max_drift,
+            wm_run=str(args.run),
+        )
+    except WorldModelRunError as exc:
+        raise ConfigError(str(exc)) from None
+    print(json.dumps(report.to_dict()))
+    print(f"wrote {report.kept} of {report.generated} episodes to {stores[0]}", file=sys.stderr)
+    return 0
+
+
 VERBS = [
     Verb("wm", "world model: train from an episode store, score open-loop fidelity", order=75),
     Verb(
@@ -101,6 +143,19 @@ VERBS = [
         "open-loop error vs horizon of a world model against copy-last-frame",
         _eval,
         _eval_arguments,
+        parent="wm",
+    ),
+    Verb(
+        "generate",
+        "roll a VLA out inside a one-step world model; write origin=wm episodes",
+        _generate,
+        _generate_arguments,
+        description="Start from first frames of --start-store episodes, roll --policy out "
+        "inside the world model (chunked execution, seeded noise), end episodes where the "
+        "model's done head says so, keep those that pass the consistency filter, and write "
+        "them with origin=wm and the model's checkpoint in their metadata. "
+        "Example: unilab wm generate <wm run> --policy <vla run> --start-store demos.zarr "
+        "store=synthetic.zarr",
         parent="wm",
     ),
 ]
