@@ -85,9 +85,11 @@ def open_loop(
     episodes: Sequence[int] | None = None,
     chunks: int = 4,
     max_windows: int = 256,
+    frames_out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Error vs horizon over windows of `chunks` chunks from the given stored episodes
-    (default: all); JSON-ready."""
+    (default: all); JSON-ready. With `frames_out`, the first window's decoded and true
+    frames (uint8, start included) go there as {"steps", "model", "real"}."""
     if chunks < 1:
         raise ValueError(f"chunks must be at least 1, got {chunks}")
     m, pf = loaded.model, loaded.proprio_field
@@ -129,6 +131,17 @@ def open_loop(
     p = p0 = proprio_at(0)
     x0 = unit(start)
     pad = torch.zeros(len(windows), h, dtype=torch.bool)
+    shown: dict[str, list[np.ndarray]] = {
+        f"{w}/{c}": [] for w in ("model", "real") for c in m.cameras
+    }
+
+    def keep(who: str, images: torch.Tensor) -> None:  # (B, cams, 3, S, S) in [0, 1]
+        for i, c in enumerate(m.cameras):
+            frame = (images[0, i].clamp(0, 1) * 255).round().to(torch.uint8).movedim(0, -1)
+            shown[f"{who}/{c}"].append(frame.numpy())
+
+    keep("model", m.decode(z0))
+    keep("real", x0)
     rows: dict[str, dict[str, list[float]]] = {
         "model": {"latent_mse": [], "psnr_db": [], "proprio_mse": []},
         "copy_last": {"latent_mse": [], "psnr_db": [], "proprio_mse": []},
@@ -138,6 +151,8 @@ def open_loop(
         z, p, _, _, _ = m.predict(z, p, torch.from_numpy(acts).to(torch.float32), pad)
         truth = frames_at((k + 1) * h)
         z_true, x_true, p_true = m.encode(truth), unit(truth), proprio_at((k + 1) * h)
+        keep("model", m.decode(z))
+        keep("real", x_true)
         for name, (zz, xx, pp) in (
             ("model", (z, m.decode(z), p)),
             ("copy_last", (z0, x0, p0)),
@@ -147,6 +162,10 @@ def open_loop(
             rows[name]["proprio_mse"].append(
                 float((pp - p_true).square().mean()) if m.proprio_dim else math.nan
             )
+    if frames_out is not None:
+        frames_out["steps"] = [h * k for k in range(chunks + 1)]
+        for who in ("model", "real"):
+            frames_out[who] = {c: np.stack(shown[f"{who}/{c}"]) for c in m.cameras}
     return {
         "horizon_steps": [h * (k + 1) for k in range(chunks)],
         "windows": len(windows),

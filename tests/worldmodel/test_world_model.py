@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rerun.chunk import RrdReader
 
 from unilab.bench.expert_demos import write_expert_store
 from unilab.cli import main
@@ -75,9 +76,18 @@ def test_training_writes_a_run_with_baseline_metrics(trained: Path) -> None:
 def test_open_loop_beats_copy_last_frame_on_the_episodes_it_learnt(
     trained: Path, demos: Path
 ) -> None:
-    out = trained / "fid.json"
+    out, rrd = trained / "fid.json", trained / "side.rrd"
     args = ["wm", "eval", str(trained), "--store", str(demos), "--chunks", "3", "--out", str(out)]
-    assert main(args) == 0
+    assert main([*args, "--rrd", str(rrd)]) == 0
+    logged: dict[str, list[int]] = {}
+    for chunk in RrdReader(rrd).stream().to_chunks():
+        if not chunk.is_static and chunk.entity_path.startswith("/wm/"):
+            steps = chunk.to_record_batch().column("step").to_numpy().tolist()
+            logged.setdefault(chunk.entity_path, []).extend(steps)
+    assert {k: sorted(v) for k, v in logged.items()} == {
+        "/wm/model/front": [0, 8, 16, 24],
+        "/wm/real/front": [0, 8, 16, 24],
+    }
     doc = json.loads(out.read_text())
     assert doc["horizon_steps"] == [8, 16, 24] and doc["windows"] >= 6
     model, copy = doc["model"], doc["copy_last"]

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from unilab.cli.options import add_overrides, positive
 from unilab.cli.verb import Verb
@@ -45,6 +46,7 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", default="", help="JSON path (default <run>/wm_fidelity.json)")
     p.add_argument("--png", action="store_true", help="also write the curves next to the JSON")
+    p.add_argument("--rrd", default="", help="Rerun recording: the first window, model vs real")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -64,7 +66,10 @@ def _eval(args: argparse.Namespace) -> int:
             with EpisodeStore.open(args.store, "r") as store:
                 total = len(store)
             episodes = list(range(max(0, total - args.episodes), total))
-        doc = open_loop(loaded, Path(args.store), episodes=episodes, chunks=chunks)
+        shown: dict[str, Any] = {}
+        doc = open_loop(
+            loaded, Path(args.store), episodes=episodes, chunks=chunks, frames_out=shown
+        )
     except WorldModelRunError as exc:
         raise ConfigError(str(exc)) from None
     out = Path(args.out) if args.out else Path(args.run) / "wm_fidelity.json"
@@ -79,6 +84,11 @@ def _eval(args: argparse.Namespace) -> int:
             f"{c['proprio_mse'][k]:.4g})"
         )
     print(f"wrote {out} ({doc['windows']} windows of {doc['episodes']} episodes)", file=sys.stderr)
+    if args.rrd:
+        from unilab.worldmodel.rerun_view import write_side_by_side
+
+        rrd = write_side_by_side(Path(args.rrd), shown["steps"], shown["model"], shown["real"])
+        print(f"wrote {rrd} (wm/model/<camera> beside wm/real/<camera>)")
     if args.png:
         print(f"wrote {plot_fidelity(doc, out.with_suffix('.png'), str(args.run))}")
     return 0
