@@ -76,6 +76,9 @@ def label_scores(store_path: Path) -> dict[str, Any]:
 
 
 class MLPPolicy(nn.Module):
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256) -> None:
         super().__init__()
         self.net = nn.Sequential(

@@ -27,6 +27,7 @@ import numpy as np
 from unilab.data.episode import EpisodeMeta
 from unilab.data.schema import SEGMENTS, FieldSpec, StoreSchema
 from unilab.data.store import EpisodeStore
+from unilab.tasks.tabletop import TabletopTask
 
 TASK = "arm_pick_place"
 TRUE_FIELD = "true_segment"
@@ -136,6 +137,7 @@ def generate(
     rng = np.random.default_rng(seed)
     cfg = task_config()
     task = make_task(cfg, num_envs=num_envs, seed=seed)
+    assert isinstance(task, TabletopTask)
     expert = make_expert(task, seed=seed)
     n = num_envs
     try:
@@ -166,7 +168,7 @@ def generate(
                 d = plans[e]["direction"]
                 away = np.array([*(d / (np.linalg.norm(d) + 1e-9)), 0.6])
                 action[e, :3], action[e, 3], action[e, 4] = away / np.abs(away).max(), 0.0, 1.0
-            grip = action[:, 4].copy()
+            grip[:] = action[:, 4]
             result = task.step(action)
             for e in range(n):
                 b = bufs[e]

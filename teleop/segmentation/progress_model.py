@@ -40,6 +40,10 @@ PRE_INTERVENTION = 10
 class ProgressModel(nn.Module):
     """Pairwise progress delta over normalised frame features."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+    pace: torch.Tensor
+
     def __init__(self, dim: int, hidden: int, layers: int, fields: list[str]) -> None:
         super().__init__()
         self.dim, self.hidden_size, self.num_layers = dim, hidden, layers
@@ -168,7 +172,7 @@ def train_progress_model(
         rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
         order = rng.permutation(len(st))
-        n_val = int(round(cfg.val_fraction * len(st))) if cfg.val_fraction > 0 else 0
+        n_val = round(cfg.val_fraction * len(st)) if cfg.val_fraction > 0 else 0
         n_val = min(n_val, len(st) - 1)
         val_eps, train_eps = np.sort(order[:n_val]), np.sort(order[n_val:])
         feats = episode_features(st, cfg.fields)
