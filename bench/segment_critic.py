@@ -1,20 +1,24 @@
 """`unilab bench segment_critic`: the segmentation critic on sim episodes whose segments
 are known, and behaviour cloning on its curated set against all frames.
 
+Each seed is an independent replicate:
+
 1. Ground truth: `unilab.teleop.segmentation.ground_truth` writes mixed-quality
    arm_pick_place episodes (scripted expert as the policy; injected idle spans,
    failure-inducing spans, operator recoveries marked as interventions) into a training
-   store and a held-out store (other seeds), each frame's true label in `true_segment`.
-2. The progress model trains on the training store (no labels read); `label_store` writes
-   the `segment` column of both stores. Per-frame accuracy (overall, per class, confusion
-   matrix) on the held-out store.
-3. `curate` builds the curated store from the labelled training store. A state MLP is
-   behaviour-cloned (MSE on the action, `FrameDataset` batches) on (a) every frame of the
-   training store and (b) the curated store (`WeightedFrameSampler`), with the same
-   gradient steps and batch size, for several seeds; each policy runs `--eval-episodes`
-   fresh episodes in sim (other seeds again) and its success rate is reported.
+   store and a held-out store (another generator seed), each frame's true label in
+   `true_segment`.
+2. The progress model trains on the training store (it never reads `true_segment`);
+   `label_store` writes the `segment` column of both stores. Per-frame accuracy (overall,
+   per class, confusion matrix) is scored on the held-out store.
+3. `curate` builds the curated store from the labelled training store, and an oracle
+   curated store from the true labels (the ceiling of curation). A state MLP is
+   behaviour-cloned on (a) every frame, (b) the curated store, (c) the oracle store, with
+   the same gradient steps and batch size; each policy runs `--eval-episodes` fresh
+   episodes in sim (one evaluation seed per replicate, shared by the arms) and its
+   success rate is reported.
 
-Writes JSON (default bench/results/segment_critic.json) and prints tables.
+Writes JSON (default bench/results/segment_critic.json) and a PNG beside it.
 """
 
 from __future__ import annotations
@@ -29,276 +33,222 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from unilab.bench.common import machine_info, print_table, write_json
-from unilab.data.dataset import FrameDataset
-from unilab.data.sampler import WeightedFrameSampler
-from unilab.data.schema import SEGMENTS
+from unilab.bench.segment_bc import evaluate, train_bc
+from unilab.data.relabel import write_column
 from unilab.data.store import EpisodeStore
-from unilab.teleop.segmentation import (
-    CurateConfig,
-    SegmentConfig,
-    curate,
-    label_store,
-    train_progress_model,
-)
-from unilab.teleop.segmentation.ground_truth import TRUE_FIELD, generate, task_config
+from unilab.teleop.segmentation import CurateConfig, SegmentConfig, curate, label_store
+from unilab.teleop.segmentation import train_progress_model
+from unilab.teleop.segmentation.ground_truth import TRUE_FIELD, generate
+from unilab.teleop.segmentation.scoring import confusion, scores
 
 DEFAULT_OUT = "bench/results/segment_critic.json"
-CLASSES = SEGMENTS[1:]
+ARMS = ("all_frames", "curated", "oracle_curated")
+SIZES = ("episodes", "heldout", "critic_steps", "bc_steps", "batch", "seeds", "eval_episodes")
+SEGMENT_KEYS = (
+    "window",
+    "smooth",
+    "progress_threshold",
+    "failure_threshold",
+    "min_progress",
+    "min_idle",
+    "min_failure",
+    "recovery_window",
+)
 
 
-def label_scores(store_path: Path) -> dict[str, Any]:
-    """Per-frame accuracy of `segment` against `true_segment` in a labelled store."""
-    with EpisodeStore.open(store_path, "r") as st:
-        pred, true = st.read("segment"), st.read(TRUE_FIELD)
-    k = len(SEGMENTS)
-    cm = np.zeros((k, k), dtype=np.int64)
-    np.add.at(cm, (true, pred), 1)
-    per_class = {
-        SEGMENTS[c]: {
-            "frames": int(cm[c].sum()),
-            "recall": float(cm[c, c] / cm[c].sum()) if cm[c].sum() else None,
-            "precision": float(cm[c, c] / cm[:, c].sum()) if cm[:, c].sum() else None,
-        }
-        for c in range(1, k)
-    }
-    return {
-        "frames": int(true.size),
-        "accuracy": float((pred == true).mean()),
-        "per_class": per_class,
-        "confusion": {
-            "rows_true_cols_predicted": list(SEGMENTS),
-            "matrix": cm.tolist(),
-        },
-    }
+def store_confusion(path: Path) -> np.ndarray:
+    with EpisodeStore.open(path, "r") as st:
+        return confusion(st.read(TRUE_FIELD), st.read("segment"))
 
 
-class MLPPolicy(nn.Module):
-    mean: torch.Tensor
-    std: torch.Tensor
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(obs_dim, hidden),
-            nn.SiLU(),
-            nn.Linear(hidden, hidden),
-            nn.SiLU(),
-            nn.Linear(hidden, action_dim),
-        )
-        self.register_buffer("mean", torch.zeros(obs_dim))
-        self.register_buffer("std", torch.ones(obs_dim))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net((obs - self.mean) / self.std)
+def oracle_curate(train: Path, out: Path, cfg: CurateConfig) -> dict[str, Any]:
+    """Curate with the true labels (written into `segment` of `train`, which is done with
+    its predicted labels by now)."""
+    with EpisodeStore.open(train, "a") as st:
+        write_column(st, "segment", st.read(TRUE_FIELD))
+    return curate(train, out, cfg).to_json()
 
 
-def train_bc(store: Path, steps: int, batch: int, seed: int, weighted: bool) -> MLPPolicy:
-    """MSE behaviour cloning of obs/policy -> action; items drawn uniformly, or in
-    proportion to the store's `weight` column (`weighted`)."""
-    torch.manual_seed(seed)
-    data = FrameDataset(store, fields=["obs/policy", "action"])
-    try:
-        rng = np.random.default_rng(seed)
-        sampler = WeightedFrameSampler(data, batch, seed=seed) if weighted else None
-        every = data.batch(np.arange(len(data)))
-        obs_all = every["obs/policy"].float()
-        policy = MLPPolicy(obs_all.shape[1], every["action"].shape[1])
-        policy.mean.copy_(obs_all.mean(0))
-        policy.std.copy_(obs_all.std(0).clamp_min(1e-2))
-        opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-        for _ in range(steps):
-            items = (
-                sampler.draw(batch) if sampler is not None else rng.integers(0, len(data), batch)
-            )
-            b = data.batch(items)
-            loss = ((policy(b["obs/policy"].float()) - b["action"].float()) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    finally:
-        data.close()
-    policy.eval()
-    return policy
-
-
-def evaluate(policy: MLPPolicy, episodes: int, seed: int) -> float:
-    """Success rate of `policy` over the first episode of `episodes` fresh envs."""
-    from unilab.tasks.registry import make_task
-
-    task = make_task(task_config(), num_envs=episodes, seed=seed)
-    try:
-        obs = task.reset()
-        done = np.zeros(episodes, dtype=bool)
-        success = np.zeros(episodes, dtype=bool)
-        while not done.all():
-            with torch.no_grad():
-                act = policy(torch.from_numpy(obs["policy"]).float()).clamp(-1, 1).numpy()
-            result = task.step(act)
-            ended = (result.terminated | result.truncated) & ~done
-            success |= ended & (result.extras["success"] > 0.5)
-            done |= ended
-            obs = result.obs
-    finally:
-        task.close()
-    return float(success.mean())
-
-
-def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def replicate(args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
+    """One seed: data, critic, labels, curation, three BC arms and their evaluation."""
     t0 = time.perf_counter()
-    train_store, test_store = work / "train.zarr", work / "heldout.zarr"
-    gen_train = generate(train_store, args.episodes, seed=args.seed)
-    gen_test = generate(test_store, args.heldout, seed=args.seed + 1000)
-    t_gen = time.perf_counter() - t0
-
-    cfg = SegmentConfig()
-    cfg.model.steps = args.critic_steps
-    cfg.model.seed = args.seed
-    t1 = time.perf_counter()
-    model, report = train_progress_model(train_store, cfg.model)
-    t_critic = time.perf_counter() - t1
-    label_store(train_store, model, cfg)
-    label_store(test_store, model, cfg)
-    scores = label_scores(test_store)
-    train_scores = label_scores(train_store)
-
-    curated = work / "curated.zarr"
-    cur = curate(train_store, curated, CurateConfig())
-    bc: dict[str, list[dict[str, Any]]] = {"all_frames": [], "curated": []}
-    t2 = time.perf_counter()
-    for s in range(args.seeds):
-        for name, store, weighted in (
-            ("all_frames", train_store, False),
-            ("curated", curated, True),
-        ):
-            policy = train_bc(
-                store, args.bc_steps, args.batch, seed=args.seed + s, weighted=weighted
-            )
-            rate = evaluate(policy, args.eval_episodes, seed=args.seed + 5000 + s)
-            bc[name].append({"seed": args.seed + s, "success": rate})
-            print(f"  bc {name:<10} seed {args.seed + s}: success {rate:.2f}", flush=True)
-    t_bc = time.perf_counter() - t2
-    summary = {
-        name: {
-            "mean": float(np.mean([r["success"] for r in runs])),
-            "std": float(np.std([r["success"] for r in runs])),
-        }
-        for name, runs in bc.items()
+    train, heldout = work / f"train-{seed}.zarr", work / f"heldout-{seed}.zarr"
+    gen = {
+        "train": generate(train, args.episodes, seed=seed),
+        "heldout": generate(heldout, args.heldout, seed=seed + 1000),
     }
+    cfg = SegmentConfig()
+    cfg.model.steps, cfg.model.seed = args.critic_steps, seed
+    t1 = time.perf_counter()
+    model, report = train_progress_model(train, cfg.model)
+    t_critic = time.perf_counter() - t1
+    label_store(train, model, cfg)
+    label_store(heldout, model, cfg)
+    cm_heldout, cm_train = store_confusion(heldout), store_confusion(train)
+    ccfg = CurateConfig()
+    stores = {"all_frames": train, "curated": work / f"curated-{seed}.zarr"}
+    cur = curate(train, stores["curated"], ccfg).to_json()
+    stores["oracle_curated"] = work / f"oracle-{seed}.zarr"
+    oracle = oracle_curate(train, stores["oracle_curated"], ccfg)
+    success = {}
+    for arm in ARMS:
+        policy = train_bc(stores[arm], args.bc_steps, args.batch, seed, arm != "all_frames")
+        success[arm] = evaluate(policy, args.eval_episodes, seed=seed + 5000)
+        print(f"  seed {seed} bc {arm:<15} success {success[arm]:.3f}", flush=True)
     return {
-        "benchmark": "segment_critic",
-        "machine": machine_info(),
-        "settings": {
-            k: getattr(args, k)
-            for k in (
-                "episodes",
-                "heldout",
-                "critic_steps",
-                "bc_steps",
-                "batch",
-                "seeds",
-                "eval_episodes",
-                "seed",
-            )
-        },
-        "segment_config": {
-            k: getattr(cfg, k)
-            for k in (
-                "window",
-                "smooth",
-                "progress_threshold",
-                "failure_threshold",
-                "min_progress",
-                "min_idle",
-                "min_failure",
-                "recovery_window",
-            )
-        },
-        "generated": {"train": gen_train, "heldout": gen_test},
+        "seed": seed,
+        "generated": gen,
         "critic": {
             "pairs": report["pairs"],
             "loss_first": report["losses"][0],
             "loss_last": float(np.mean(report["losses"][-50:])),
             "val_loss": report.get("val_loss"),
             "pace_frames": report["pace"],
+            "seconds": t_critic,
         },
-        "labels_heldout": scores,
-        "labels_train": {"accuracy": train_scores["accuracy"]},
-        "curate": cur.to_json(),
-        "bc": bc,
-        "bc_summary": summary,
-        "seconds": {
-            "generate": t_gen,
-            "critic_train": t_critic,
-            "bc_train_and_eval": t_bc,
-            "total": time.perf_counter() - t0,
+        "heldout_confusion": cm_heldout.tolist(),
+        "heldout_accuracy": scores(cm_heldout)["accuracy"],
+        "train_accuracy": scores(cm_train)["accuracy"],
+        "curate": cur,
+        "oracle_curate": oracle,
+        "success": success,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    cm = np.sum([np.asarray(r["heldout_confusion"]) for r in reps], axis=0)
+    acc = [r["heldout_accuracy"] for r in reps]
+    rows = []
+    for arm in ARMS:
+        vals = [r["success"][arm] for r in reps]
+        frames = (
+            reps[0]["curate"]["source_frames"]
+            if arm == "all_frames"
+            else reps[0]["curate" if arm == "curated" else "oracle_curate"]["frames"]
+        )
+        rows.append(
+            {
+                "training set": arm,
+                "frames (seed 0)": frames,
+                "success mean": float(np.mean(vals)),
+                "success std": float(np.std(vals)),
+                "success per seed": " ".join(f"{v:.2f}" for v in vals),
+            }
+        )
+    mean = {r["training set"]: r["success mean"] for r in rows}
+    diffs = [r["success"]["curated"] - r["success"]["all_frames"] for r in reps]
+    return {
+        "labels_heldout": scores(cm),
+        "accuracy_per_seed": {"mean": float(np.mean(acc)), "std": float(np.std(acc))},
+        "rows": rows,
+        "curated_minus_all": {
+            "mean": float(np.mean(diffs)),
+            "std": float(np.std(diffs)),
+            "seeds_better": int(sum(d > 0 for d in diffs)),
+        },
+        "ratios": {
+            "label_accuracy": scores(cm)["accuracy"],
+            "curated_vs_all_success": mean["curated"] / mean["all_frames"]
+            if mean["all_frames"] > 0
+            else None,
         },
     }
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for k, arm in enumerate(ARMS):
+        vals = [r["success"][arm] for r in doc["replicates"]]
+        ax0.bar(k, np.mean(vals), yerr=np.std(vals), color=f"C{k}", alpha=0.6, capsize=6)
+        ax0.scatter(np.full(len(vals), k), vals, color="k", s=14, zorder=3)
+    ax0.set_xticks(range(len(ARMS)), ARMS)
+    ax0.set_ylabel("evaluated success (mean ± std over seeds)")
+    ax0.set_title(f"BC, {doc['settings']['bc_steps']} steps each")
+    cm = np.asarray(doc["labels_heldout"]["confusion"]["matrix"])[1:, 1:].astype(float)
+    norm = cm / np.maximum(cm.sum(1, keepdims=True), 1)
+    names = doc["labels_heldout"]["confusion"]["rows_true_cols_predicted"][1:]
+    ax1.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    for i in range(norm.shape[0]):
+        for j in range(norm.shape[1]):
+            ax1.text(j, i, f"{norm[i, j]:.2f}", ha="center", va="center", fontsize=9)
+    ax1.set_xticks(range(len(names)), names)
+    ax1.set_yticks(range(len(names)), names)
+    ax1.set_xlabel("predicted")
+    ax1.set_ylabel("true")
+    ax1.set_title(f"held-out frames (accuracy {doc['labels_heldout']['accuracy']:.3f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def print_report(doc: dict[str, Any]) -> None:
     lab = doc["labels_heldout"]
     print(f"held-out per-frame label accuracy {lab['accuracy']:.3f} over {lab['frames']} frames")
     print_table(
-        [{"class": c, **{k: v for k, v in lab["per_class"][c].items()}} for c in lab["per_class"]],
+        [{"class": c, **lab["per_class"][c]} for c in lab["per_class"]],
         ["class", "frames", "recall", "precision"],
     )
-    rows = []
-    for name, runs in doc["bc"].items():
-        rows.append(
-            {
-                "training set": name,
-                "frames": doc["curate"]["frames"]
-                if name == "curated"
-                else doc["curate"]["source_frames"],
-                "success per seed": " ".join(f"{r['success']:.2f}" for r in runs),
-                "mean": doc["bc_summary"][name]["mean"],
-            }
-        )
-    print_table(rows, ["training set", "frames", "success per seed", "mean"])
+    print_table(
+        doc["rows"],
+        ["training set", "frames (seed 0)", "success per seed", "success mean", "success std"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="unilab bench segment_critic", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--episodes", type=int, default=200, help="training-store episodes")
+    parser.add_argument("--episodes", type=int, default=300, help="training-store episodes")
     parser.add_argument("--heldout", type=int, default=60, help="held-out episodes for labels")
     parser.add_argument("--critic-steps", type=int, default=2000)
-    parser.add_argument("--bc-steps", type=int, default=3000)
+    parser.add_argument("--bc-steps", type=int, default=4000, help="gradient steps per arm")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=5, help="independent replicates")
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="first replicate's seed")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.quick:
         args.episodes, args.heldout, args.critic_steps = 40, 16, 200
         args.bc_steps, args.seeds, args.eval_episodes = 200, 1, 8
-    for name in (
-        "episodes",
-        "heldout",
-        "critic_steps",
-        "bc_steps",
-        "batch",
-        "seeds",
-        "eval_episodes",
-    ):
+    for name in SIZES:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # the episodes step MuJoCo in this process
     os.environ.setdefault("MUJOCO_GL", "egl")
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="segment_critic-") as tmp:
-        doc = run(args, Path(tmp))
-    doc["command"] = "unilab bench segment_critic " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
+        reps = [replicate(args, args.seed + s, Path(tmp)) for s in range(args.seeds)]
+    doc: dict[str, Any] = {
+        "benchmark": "segment_critic",
+        "command": "unilab bench segment_critic "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "quick": args.quick,
+        "machine": machine_info(),
+        "settings": {k: getattr(args, k) for k in (*SIZES, "seed")},
+        "segment_config": {k: getattr(SegmentConfig(), k) for k in SEGMENT_KEYS},
+        "curate_config": CurateConfig().__dict__,
+        **summarize(reps),
+        "replicates": reps,
+        "seconds": time.perf_counter() - t0,
+    }
     print_report(doc)
-    path = write_json(args.out, doc)
-    print(f"wrote {path}")
+    out = Path(args.out)
+    png = out.with_suffix(".png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(doc, png)
+    doc["plot"] = str(png)
+    path = write_json(out, doc)
+    print(f"wrote {path} and {png}")
     return 0
 
 
