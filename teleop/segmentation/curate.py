@@ -93,6 +93,14 @@ def curate(
         if WEIGHT_FIELD in src.schema.fields:
             weights = weights * src.read(WEIGHT_FIELD).astype(np.float32)
         keep = kept_mask(segment, weights, cfg)
+        starts, lengths = src.starts.tolist(), src.lengths.tolist()
+        pieces = [
+            _kept_runs(keep[a : a + n], cfg.min_run) for a, n in zip(starts, lengths, strict=True)
+        ]
+        keep = np.zeros_like(keep)  # what is really written: runs shorter than min_run go too
+        for a, runs in zip(starts, pieces, strict=True):
+            for lo, hi in runs:
+                keep[a + lo : a + hi] = True
         schema = curated_schema(src.schema)
         result = CurateResult(str(source), str(out), len(src), src.num_frames)
         for code, name in enumerate(SEGMENTS):
@@ -102,9 +110,9 @@ def curate(
         with EpisodeStore.create(out, schema, overwrite=overwrite) as dst:
             metas = src.all_meta()
             pending: list[tuple[dict[str, Any], EpisodeMeta]] = []
-            for e, (a, n) in enumerate(zip(src.starts.tolist(), src.lengths.tolist(), strict=True)):
-                frames = src.episode(e)
-                for lo, hi in _kept_runs(keep[a : a + n], cfg.min_run):
+            for e, (a, n) in enumerate(zip(starts, lengths, strict=True)):
+                frames = src.episode(e) if pieces[e] else {}
+                for lo, hi in pieces[e]:
                     pending.append(_run_episode(frames, weights[a : a + n], lo, hi, n, metas[e], e))
                 if sum(len(p[0]["reward"]) for p in pending) >= 8192:
                     dst.append_episodes(pending)
