@@ -38,8 +38,13 @@ from unilab.bench.common import machine_info, print_table, write_json
 from unilab.bench.segment_bc import evaluate, train_bc
 from unilab.data.relabel import write_column
 from unilab.data.store import EpisodeStore
-from unilab.teleop.segmentation import CurateConfig, SegmentConfig, curate, label_store
-from unilab.teleop.segmentation import train_progress_model
+from unilab.teleop.segmentation import (
+    CurateConfig,
+    SegmentConfig,
+    curate,
+    label_store,
+    train_progress_model,
+)
 from unilab.teleop.segmentation.ground_truth import TRUE_FIELD, generate
 from unilab.teleop.segmentation.scoring import confusion, scores
 

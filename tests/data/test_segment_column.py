@@ -57,15 +57,19 @@ def test_write_column_errors_name_the_problem(filled_store: Path) -> None:
         with pytest.raises(SchemaMismatchError, match=r"only label columns can \(segment\)"):
             write_column(st, "obs/policy", np.zeros((n, 5), dtype=np.float32))
         assert label_columns(st) == ["segment"]
-    with EpisodeStore.open(filled_store, "r") as st:
-        with pytest.raises(ReadOnlyStoreError, match="open it with 'a'"):
-            write_column(st, "segment", np.zeros(st.num_frames, dtype=np.uint8))
+    with (
+        EpisodeStore.open(filled_store, "r") as st,
+        pytest.raises(ReadOnlyStoreError, match="open it with 'a'"),
+    ):
+        write_column(st, "segment", np.zeros(st.num_frames, dtype=np.uint8))
     with EpisodeStore.open(filled_store, "r") as st:  # nothing above changed the store
         assert_store_matches(st, Expected())
 
 
 def _weighted_store(path: Path, weights: list[np.ndarray]) -> Path:
-    schema = StoreSchema.build(obs={"policy": 2}, action=1, extra={"weight": FieldSpec((), "float32")})
+    schema = StoreSchema.build(
+        obs={"policy": 2}, action=1, extra={"weight": FieldSpec((), "float32")}
+    )
     with EpisodeStore.create(path, schema) as st:
         for k, w in enumerate(weights):
             n = w.size
@@ -116,7 +120,9 @@ def test_weighted_sampler_draws_in_proportion_to_weights(tmp_path: Path) -> None
     assert freq[1] == 0.0  # weight 0 is never drawn
     np.testing.assert_allclose(freq, want, atol=0.01)
     again = WeightedFrameSampler(np.concatenate(w), 10, seed=3).draw(10)
-    np.testing.assert_array_equal(again, WeightedFrameSampler(np.concatenate(w), 10, seed=3).draw(10))
+    np.testing.assert_array_equal(
+        again, WeightedFrameSampler(np.concatenate(w), 10, seed=3).draw(10)
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from unilab.data.errors import EpisodeStoreError
 from unilab.data.sampler import WeightedFrameSampler
 from unilab.teleop.segmentation import CurateConfig, curate
 
-P, I, F, R = "progress", "idle", "failure", "recovery"
+P, IDLE, F, R = "progress", "idle", "failure", "recovery"
 LABELS = [
-    [P, P, P, I, I, P, P, F, F, R, R, R],  # ends terminated, a success
-    [P, P, I, I, I, I],  # ends truncated, a failure
+    [P, P, P, IDLE, IDLE, P, P, F, F, R, R, R],  # ends terminated, a success
+    [P, P, IDLE, IDLE, IDLE, IDLE],  # ends truncated, a failure
 ]
 
 
@@ -85,8 +85,8 @@ def test_default_keeps_progress_and_recovery_and_cuts_at_dropped_frames(
     assert [m.success for _, m in eps] == [None, None, True, None]
     assert all(np.all(f["weight"] == 1.0) for f, _ in eps)
     np.testing.assert_array_equal(eps[2][0]["is_intervention"], [True] * 3)
-    assert result.kept_by_label == {"none": 0, P: 7, I: 0, F: 0, R: 3}
-    assert result.dropped_by_label == {"none": 0, P: 0, I: 6, F: 2, R: 0}
+    assert result.kept_by_label == {"none": 0, P: 7, IDLE: 0, F: 0, R: 3}
+    assert result.dropped_by_label == {"none": 0, P: 0, IDLE: 6, F: 2, R: 0}
     assert (result.source_episodes, result.source_frames) == (2, 18)
     assert (result.episodes, result.frames) == (4, 10)
 
@@ -104,9 +104,7 @@ def test_idle_down_weighted_instead_of_dropped(labelled: Path, tmp_path: Path) -
     np.testing.assert_allclose(again[0][0]["weight"], [1, 1, 1, 0.125, 0.125, 1, 1])
 
 
-def test_failures_kept_as_negatives_and_sampler_skips_them(
-    labelled: Path, tmp_path: Path
-) -> None:
+def test_failures_kept_as_negatives_and_sampler_skips_them(labelled: Path, tmp_path: Path) -> None:
     curate(labelled, tmp_path / "out.zarr", CurateConfig(keep_failures=True))
     eps = _episodes(tmp_path / "out.zarr")
     # Failure frames stay (label `failure`, weight 0), so 5..11 is one piece.
@@ -135,10 +133,10 @@ def test_min_run_drops_short_pieces(labelled: Path, tmp_path: Path) -> None:
 def test_curate_errors_are_clear(labelled: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is the source store"):
         curate(labelled, labelled, CurateConfig())
-    with pytest.raises(ConfigError, match="idle_weight=-1.0 must be >= 0"):
+    with pytest.raises(ConfigError, match=r"idle_weight=-1\.0 must be >= 0"):
         curate(labelled, tmp_path / "x.zarr", CurateConfig(idle_weight=-1.0))
     curate(labelled, tmp_path / "out.zarr", CurateConfig())
-    with pytest.raises(EpisodeStoreError, match="already an episode store.*overwrite=True"):
+    with pytest.raises(EpisodeStoreError, match=r"already an episode store.*overwrite=True"):
         curate(labelled, tmp_path / "out.zarr", CurateConfig())
     curate(labelled, tmp_path / "out.zarr", CurateConfig(), overwrite=True)
     fresh = tmp_path / "fresh.zarr"
@@ -146,5 +144,5 @@ def test_curate_errors_are_clear(labelled: Path, tmp_path: Path) -> None:
         frames = _frames([P, P], 0, True)
         del frames["segment"]  # `segment` defaults to none
         st.append_episodes([(frames, {"task": "t", "fps": 20.0})])
-    with pytest.raises(ValueError, match="every frame's segment is 'none'.*unilab data segment"):
+    with pytest.raises(ValueError, match=r"every frame's segment is 'none'.*unilab data segment"):
         curate(fresh, tmp_path / "y.zarr", CurateConfig())

@@ -118,30 +118,33 @@ def _labels(rates: list[float], cfg: SegmentConfig, human: list[bool] | None = N
     return segment_episode(np.asarray(rates), h, cfg)[0].tolist()
 
 
-P, I, F, R = PROGRESS, IDLE, FAILURE, RECOVERY
+P, F, R = PROGRESS, FAILURE, RECOVERY
+
 RATES = [1.0] * 6 + [0.3] * 6 + [-1.0] * 6 + [0.5] * 6
 
 
 def test_thresholds_cut_progress_idle_failure() -> None:
-    assert _labels(RATES, _cfg()) == [P] * 6 + [I] * 6 + [F] * 6 + [P] * 6
+    assert _labels(RATES, _cfg()) == [P] * 6 + [IDLE] * 6 + [F] * 6 + [P] * 6
     # A lower progress threshold makes the 0.3-rate span progress.
     assert _labels(RATES, _cfg(progress_threshold=0.2)) == [P] * 12 + [F] * 6 + [P] * 6
     # A lower failure threshold makes the -1 span idle.
-    assert _labels(RATES, _cfg(failure_threshold=-2.0)) == [P] * 6 + [I] * 12 + [P] * 6
+    assert _labels(RATES, _cfg(failure_threshold=-2.0)) == [P] * 6 + [IDLE] * 12 + [P] * 6
     # A higher progress threshold makes the 0.5-rate span idle.
-    assert _labels(RATES, _cfg(progress_threshold=0.6)) == [P] * 6 + [I] * 6 + [F] * 6 + [I] * 6
+    assert (
+        _labels(RATES, _cfg(progress_threshold=0.6)) == [P] * 6 + [IDLE] * 6 + [F] * 6 + [IDLE] * 6
+    )
 
 
 def test_minimum_lengths_merge_short_runs() -> None:
     blip = [1.0] * 10 + [0.0] * 3 + [1.0] * 10 + [-1.0] * 2 + [1.0] * 10
-    assert _labels(blip, _cfg()) == [P] * 10 + [I] * 3 + [P] * 10 + [F] * 2 + [P] * 10
+    assert _labels(blip, _cfg()) == [P] * 10 + [IDLE] * 3 + [P] * 10 + [F] * 2 + [P] * 10
     assert _labels(blip, _cfg(min_idle=4)) == [P] * 23 + [F] * 2 + [P] * 10
     assert _labels(blip, _cfg(min_idle=4, min_failure=3)) == [P] * 35
     assert _labels(blip, _cfg(min_idle=3, min_failure=2)) == _labels(blip, _cfg())
     # Random rates: after merging, every run is at least its label's minimum.
     rng = np.random.default_rng(0)
     cfg = _cfg(min_progress=4, min_idle=6, min_failure=3)
-    minimum = {P: 4, I: 6, F: 3}
+    minimum = {P: 4, IDLE: 6, F: 3}
     for _ in range(20):
         got = np.asarray(_labels(rng.normal(0, 1, 120).tolist(), cfg))
         spans = runs(got)
@@ -166,7 +169,10 @@ def test_smoothing_averages_rates() -> None:
 @pytest.mark.parametrize(
     ("kw", "named"),
     [
-        ({"failure_threshold": 0.5, "progress_threshold": 0.2}, "failure_threshold=0.5 must be below"),
+        (
+            {"failure_threshold": 0.5, "progress_threshold": 0.2},
+            "failure_threshold=0.5 must be below",
+        ),
         ({"min_idle": 0}, "min_idle=0 must be >= 1"),
         ({"window": 0}, "window=0 must be >= 1"),
     ],
@@ -199,5 +205,7 @@ def test_progress_model_is_antisymmetric_and_round_trips(
 def test_progress_model_rejects_fields_and_stores_it_cannot_use(
     ground_truth_store: Path,
 ) -> None:
-    with pytest.raises(ValueError, match=r"\['obs/nope'\] are not vector fields .*valid: \['obs/policy'\]"):
+    with pytest.raises(
+        ValueError, match=r"\['obs/nope'\] are not vector fields .*valid: \['obs/policy'\]"
+    ):
         train_progress_model(ground_truth_store, ProgressModelConfig(fields=["obs/nope"], steps=1))
