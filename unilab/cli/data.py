@@ -495,7 +495,11 @@ def _curate(args: argparse.Namespace) -> int:
 
 
 VERBS = [
-    Verb("data", "episode store tools: info, validate, repair, LeRobot export/import", order=70),
+    Verb(
+        "data",
+        "episode store tools: info, validate, repair, LeRobot export/import, segment, curate",
+        order=70,
+    ),
     Verb("info", "summary of a store", _info, _store_arguments(deep=False), parent="data"),
     Verb(
         "validate",
@@ -542,7 +546,7 @@ VERBS = [
         "--critic) and write each frame's label into the store's `segment` column "
         "(unilab.teleop.segmentation). " + SEGMENT_NOTE,
         parent="data",
-        order=40,
+        order=62,
     ),
     Verb(
         "curate",
@@ -555,6 +559,6 @@ VERBS = [
         "that FrameDataset.item_weights / WeightedFrameSampler read "
         "(unilab.teleop.segmentation.curate).",
         parent="data",
-        order=41,
+        order=63,
     ),
 ]
