@@ -45,7 +45,7 @@ from unilab.teleop.segmentation import (
     label_store,
     train_progress_model,
 )
-from unilab.teleop.segmentation.ground_truth import TRUE_FIELD, generate
+from unilab.teleop.segmentation.ground_truth import TASK_OVERRIDES, TRUE_FIELD, MixConfig, generate
 from unilab.teleop.segmentation.scoring import confusion, scores
 
 DEFAULT_OUT = "bench/results/segment_critic.json"
@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "machine": machine_info(),
         "settings": {k: getattr(args, k) for k in (*SIZES, "seed")},
+        "task_overrides": list(TASK_OVERRIDES),
+        "mix": MixConfig().__dict__,
         "segment_config": {k: getattr(SegmentConfig(), k) for k in SEGMENT_KEYS},
         "curate_config": CurateConfig().__dict__,
         **summarize(reps),
