@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--critic-steps", type=int, default=2000)
     parser.add_argument("--bc-steps", type=int, default=4000, help="gradient steps per arm")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--seeds", type=int, default=5, help="independent replicates")
+    parser.add_argument("--seeds", type=int, default=10, help="independent replicates")
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="first replicate's seed")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
