@@ -27,11 +27,12 @@ class UnknownNameError(KeyError):
 
 class Registry(Generic[T]):
     """Maps names to entries. `kind` ("task", "algorithm", ...) only shapes error messages;
-    `package` is imported on the first lookup (registering does not trigger it)."""
+    `package` (one name, or several) is imported on the first lookup (registering does not
+    trigger it)."""
 
-    def __init__(self, kind: str, package: str | None = None) -> None:
+    def __init__(self, kind: str, package: str | tuple[str, ...] | None = None) -> None:
         self.kind = kind
-        self.package = package
+        self.package = (package,) if isinstance(package, str) else package
         self._entries: dict[str, T] = {}
         self._state = "empty" if package else "loaded"  # empty -> loading -> loaded
 
@@ -40,7 +41,8 @@ class Registry(Generic[T]):
             return  # loaded, or a lookup made while the package itself is importing
         self._state = "loading"
         try:
-            importlib.import_module(self.package)
+            for name in self.package:
+                importlib.import_module(name)
         except BaseException:
             self._state = "empty"  # a failed import is retried (and raises again) next time
             raise
@@ -108,4 +110,7 @@ class TaskEntryView(ConfiguredEntry, Protocol):
 # The objects live here, typed by what compose reads; `unilab.tasks.registry` and
 # `unilab.algos.registry` re-export them with their full entry types and fill them.
 TASKS: Registry[TaskEntryView] = Registry("task", package="unilab.tasks")
-ALGORITHMS: Registry[ConfiguredEntry] = Registry("algorithm", package="unilab.algos")
+# The world model trains on the offline loop like an algorithm, from the tools layer.
+ALGORITHMS: Registry[ConfiguredEntry] = Registry(
+    "algorithm", package=("unilab.algos", "unilab.worldmodel")
+)

@@ -166,3 +166,25 @@ def test_weighted_origin_sampler_errors(filled_store: Path) -> None:
         WeightedOriginSampler(ds, {"sim": -1.0}, 10)
     with pytest.raises(ValueError, match="no item has an origin with positive weight"):
         WeightedOriginSampler(ds, {"sim": 0.0}, 10)
+
+
+def test_image_cache_gives_the_same_batches(filled_store: Path) -> None:
+    fields = ["images/cam", "obs/policy", "action"]
+    plain = FrameDataset(filled_store, fields=fields, action_horizon=3)
+    cached = FrameDataset(filled_store, fields=fields, action_horizon=3, image_cache_bytes=2**30)
+    assert not plain.images_cached and cached.images_cached
+    rows = np.random.default_rng(0).integers(0, len(plain), size=17)
+    a, b = plain.batch(rows), cached.batch(rows)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    plain.close(), cached.close()
+
+
+def test_image_cache_stays_off_when_images_do_not_fit(filled_store: Path) -> None:
+    one_frame = 8 * 6 * 3  # bytes of one uint8 8x6x3 image: far less than the whole store
+    ds = FrameDataset(filled_store, fields=["images/cam", "action"], image_cache_bytes=one_frame)
+    assert not ds.images_cached
+    with pytest.raises(ValueError, match="image_cache_bytes must be >= 0"):
+        FrameDataset(filled_store, image_cache_bytes=-1)
+    ds.close()

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import math
 
+import mujoco
 import numpy as np
 import pytest
 
 from unilab.config import ConfigError, compose
 from unilab.tasks import make_task
-from unilab.tasks.locomotion_terms import LocomotionTask, yaw_quat
+from unilab.tasks.locomotion_terms import (
+    LocomotionTask,
+    gravity_in_frame,
+    yaw_quat,
+)
 from unilab.tasks.quadruped_joystick import QuadrupedJoystickRough
 from unilab.tasks.terrain import Terrain, TerrainConfig
 
@@ -326,3 +331,40 @@ def test_pushes_and_domain_randomization_reach_the_sim() -> None:
     pushed = np.linalg.norm(task.base_lin_vel()[:, :2], axis=1)
     assert calm.max() < 0.1
     assert pushed.mean() > 0.2
+
+
+def test_gravity_in_frame_matches_the_general_rotation() -> None:
+    quat = np.random.default_rng(0).normal(size=(64, 4))
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+    expected = np.empty((64, 3))
+    for row, q in zip(expected, quat, strict=True):
+        mat = np.empty(9)
+        mujoco.mju_quat2Mat(mat, q)
+        row[:] = mat.reshape(3, 3).T @ [0.0, 0.0, -1.0]  # MuJoCo's own rotation as reference
+    np.testing.assert_allclose(gravity_in_frame(quat), expected, rtol=0, atol=1e-12)
+
+
+def test_derived_quantities_follow_every_change_of_the_sim_state() -> None:
+    """The per-state cache must never serve a quantity of an older state."""
+    task = make("quadruped_joystick_flat", 2, "task.standing_fraction=1.0")
+    sim = task.sim
+    upright = task.projected_gravity().copy()
+    snap = sim.env_snapshot(0)
+    version = sim.state_version
+    qpos = np.array(sim.qpos[[0]])
+    qpos[0, 3:7] = [0.0, 1.0, 0.0, 0.0]  # upside down
+    sim.reset([0], qpos=qpos)
+    assert sim.state_version > version
+    assert task.projected_gravity()[0, 2] > 0.9 and task.terminations()["bad_orientation"][0]
+    sim.restore_env(0, snap)
+    np.testing.assert_allclose(task.projected_gravity(), upright, atol=1e-12)
+    assert not task.terminations()["bad_orientation"][0]
+    before = task.joint_vel().copy()
+    task.step(np.full((2, task.action_dim), 2.0, np.float32))
+    assert not np.array_equal(task.joint_vel(), before)
+    version = sim.state_version
+    sim.apply_push([1], [1.0, 0.0, 0.0])
+    assert sim.state_version == version + 1
+    # Callers may add reasons to the dict terminations() returns; the cache keeps its own.
+    task.terminations()["extra"] = np.ones(2, bool)
+    assert "extra" not in task.terminations()

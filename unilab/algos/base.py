@@ -37,6 +37,9 @@ class Algorithm(abc.ABC):
     offline: ClassVar[bool] = False
     """Learns from an episode store, not from rollouts: the Runner runs its offline loop
     (`unilab.train.offline_runner`) and starts no sim workers."""
+    learns_policy: ClassVar[bool] = True
+    """False for learners whose product is not a policy (the world model): no mid-run
+    evaluation, export or play of the run."""
     shaped_obs: ClassVar[bool] = False
     """`obs_dims` (of `__init__` and `build_actor`) holds every observation group's shape,
     images and instruction ids included (`Task.observation_spec()`), not only the widths of

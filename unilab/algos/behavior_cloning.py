@@ -337,6 +337,15 @@ class BehaviorCloning(Algorithm):
             "frames": torch.tensor(float(actions.shape[0])),
         }
 
+    def validation_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
+        """Pooled `validate` sums -> `val_loss`, `val_action_mse`, `val_frames`."""
+        elements = max(sums["elements"], 1.0)
+        return {
+            "val_loss": sums["loss_sum"] / elements,
+            "val_action_mse": sums["action_sq_sum"] / elements,
+            "val_frames": sums["frames"],
+        }
+
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -28,12 +28,37 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from unilab.algos.behavior_cloning import BehaviorCloning
+
+@runtime_checkable
+class OfflineLearner(Protocol):
+    """What the offline loop drives: behaviour cloning (`unilab.algos.behavior_cloning`) and
+    any other learner of stored frames (the world model, `unilab.worldmodel`). `cfg` has
+    `steps`, `batch_size`, `val_fraction`, `val_every` and `val_max_frames`."""
+
+    cfg: Any
+    step: int
+    device: torch.device
+
+    def seed(self, seed: int) -> None: ...
+
+    def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None: ...
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]: ...
+
+    def validate(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Summed errors of one held-out batch (tensors, pooled over batches by the caller)."""
+        ...
+
+    def validation_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
+        """The pooled sums of `validate` -> reported metrics (`val_loss` and others)."""
+        ...
+
+    def required_fields(self) -> dict[str, tuple[int, ...]]: ...
 
 
 class FrameSource(Protocol):
@@ -164,9 +189,9 @@ class _Prefetcher:
 
 
 def validate(
-    learner: BehaviorCloning, frames: FrameSource, items: np.ndarray, batch_size: int
+    learner: OfflineLearner, frames: FrameSource, items: np.ndarray, batch_size: int
 ) -> dict[str, float]:
-    """Pooled validation metrics of the learner's EMA policy over `items`."""
+    """Pooled validation metrics of the learner (its EMA weights) over `items`."""
     if items.size == 0:
         return {}
     sums: dict[str, torch.Tensor] = {}
@@ -174,16 +199,11 @@ def validate(
         batch = _to_device(frames.batch(items[start : start + batch_size]), learner.device)
         for k, v in learner.validate(batch).items():
             sums[k] = sums.get(k, torch.zeros((), device=v.device)) + v
-    elements = float(sums["elements"].clamp_min(1.0))
-    return {
-        "val_loss": float(sums["loss_sum"]) / elements,
-        "val_action_mse": float(sums["action_sq_sum"]) / elements,
-        "val_frames": float(sums["frames"]),
-    }
+    return learner.validation_metrics({k: float(v) for k, v in sums.items()})
 
 
 def fit_normalizers(
-    learner: BehaviorCloning, frames: FrameSource, items: np.ndarray, max_frames: int, seed: int
+    learner: OfflineLearner, frames: FrameSource, items: np.ndarray, max_frames: int, seed: int
 ) -> None:
     """Statistics from up to `max_frames` training frames (all of them when fewer)."""
     pick = (
@@ -201,7 +221,7 @@ class OfflineTrainer:
 
     def __init__(
         self,
-        learner: BehaviorCloning,
+        learner: OfflineLearner,
         frames: FrameSource,
         *,
         seed: int = 0,
@@ -252,7 +272,7 @@ class OfflineTrainer:
 
 
 def train_offline(
-    learner: BehaviorCloning,
+    learner: OfflineLearner,
     frames: FrameSource,
     *,
     steps: int | None = None,

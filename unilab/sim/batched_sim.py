@@ -148,6 +148,9 @@ class BatchedSim:
         self.unstable_count = 0
         """Envs reset for instability since construction (an env counts once per step)."""
         self.last_error = ""
+        self.state_version = 0
+        """Counts the calls that changed the physics state (step, reset, restore, push): tasks
+        key per-state caches of derived quantities on it."""
         """Message of the last SimulationError caught in step()."""
         self._warnings = self.batch.warning[:, :, 1]  # live (num_envs, mjNWARNING) counters
         self._warnings_before = self._warnings.copy()
@@ -191,6 +194,7 @@ class BatchedSim:
             self._reset_state(ids, self.default_keyframe, None, None)
             self.unstable_count += len(ids)
         np.copyto(self._warnings_before, self._warnings)
+        self.state_version += 1
         return StepStatus(unstable=unstable, reasons=reasons)
 
     # -- resets -------------------------------------------------------------------------
@@ -259,6 +263,7 @@ class BatchedSim:
                 f" randomized parameters) is invalid there, not the state. {err}"
             ) from err
         self._warnings_before[ids] = self._warnings[ids]
+        self.state_version += 1
 
     # -- snapshots ----------------------------------------------------------------------
 
@@ -292,6 +297,7 @@ class BatchedSim:
         self._dr_rng.bit_generator.state = snap.randomization_rng_state
         self.unstable_count = snap.unstable_count
         np.copyto(self._warnings_before, self._warnings)
+        self.state_version += 1
 
     def env_snapshot(self, env: int) -> EnvSnapshot:
         """Env env's physics state and randomized model values, to restore into any env of a
@@ -345,6 +351,7 @@ class BatchedSim:
         except mjbatch.SimulationError as err:
             raise RuntimeError(f"MuJoCo failed while restoring env {env}: {err}") from err
         self._warnings_before[env] = self._warnings[env]
+        self.state_version += 1
 
     # -- task helpers -------------------------------------------------------------------
 
@@ -386,6 +393,7 @@ class BatchedSim:
         if not np.isfinite(dv).all():
             raise ValueError("push velocity holds non-finite values")
         self.qvel[env_ids, dof : dof + width] += dv
+        self.state_version += 1
 
     def _free_dof(self, joint: str | None) -> int:
         if joint is not None:

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab.algos.behavior_cloning import BehaviorCloning
-from unilab.algos.offline import FrameSource, OfflineTrainer
+from unilab.algos.offline import FrameSource, OfflineLearner, OfflineTrainer
 from unilab.config.errors import ConfigError
 from unilab.runtime.signals import StopSignal
 from unilab.train.hooks import IterationInfo, RunResult
@@ -60,12 +59,12 @@ class OfflineLoop(TrainLoop):
         return cpu_count  # no sim workers: the learner has the machine
 
     @property
-    def learner(self) -> BehaviorCloning:
+    def learner(self) -> OfflineLearner:
         algo = self.runner.algo
-        if not isinstance(algo, BehaviorCloning):
+        if not isinstance(algo, OfflineLearner):
             raise ConfigError(
-                f"algo={self.runner.cfg.algo.name}: the offline loop trains behaviour-cloning "
-                "learners (unilab.algos.behavior_cloning)"
+                f"algo={self.runner.cfg.algo.name}: the offline loop trains learners of stored "
+                "frames (unilab.algos.offline.OfflineLearner: behaviour cloning, world models)"
             )
         return algo
 
@@ -213,7 +212,8 @@ class OfflineLoop(TrainLoop):
             f"training loss {loss:.4g}"
         )
         if val:
-            text += f"; held-out loss {val['val_loss']:.4g}, action mse {val['val_action_mse']:.4g}"
+            shown = [f"{k.removeprefix('val_').replace('_', ' ')} {v:.4g}" for k, v in val.items()]
+            text += "; held-out " + ", ".join(s for s in shown if not s.startswith("frames "))
         summary = {
             "iterations": result.iterations,
             "steps": result.iterations,

@@ -72,7 +72,6 @@ class ExportPlayHook(TrainHook):
         self.play_episodes, self.max_steps = play_episodes, max_steps
 
     def on_end(self, runner: Runner, result: RunResult) -> None:
-        from unilab.deploy.play import play_run
         from unilab.export.run_export import export_run
 
         try:
@@ -80,6 +79,9 @@ class ExportPlayHook(TrainHook):
             shown = [str(paths[k]) for k in ("onnx", "torchscript") if k in paths]
             print(f"exported: {' and '.join(shown)}", file=sys.stderr)
             if self.play_episodes > 0:
+                # Imported only to play: playing needs rerun-sdk, training and export do not.
+                from unilab.deploy.play import play_run
+
                 media = play_run(
                     result.run.path,
                     episodes=self.play_episodes,

@@ -35,6 +35,7 @@ def open_frames(cfg: Config) -> Any:
         )
     frame_options = getattr(algo_cls, "frame_options", None)
     options: dict[str, Any] = frame_options(cfg.algo) if callable(frame_options) else {}
+    options.setdefault("image_cache_bytes", cfg.data.image_cache_mib * 2**20)
     try:
         return FrameDataset(path, **options)
     except (EpisodeStoreError, KeyError, OSError) as exc:

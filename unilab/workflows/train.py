@@ -29,6 +29,13 @@ from unilab.workflows.offline_data import open_frames
 
 
 def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHook]:
+    policy = _learns_policy(cfg)
+    if not policy and (cfg.eval.every or cfg.viz.rerun):
+        raise ConfigError(
+            f"algo={cfg.algo.name} learns a world model, not a policy: it has nothing to "
+            "evaluate in the sim or record in Rerun during training; set eval.every=0 and "
+            "viz.rerun=false (`unilab wm train` does), then score it with `unilab wm eval`"
+        )
     hooks = train_hooks(cfg)
     if cfg.logging.record_store and _offline(cfg):
         raise ConfigError(
@@ -54,9 +61,15 @@ def standard_hooks(cfg: Config, extra: Iterable[TrainHook] = ()) -> list[TrainHo
         except ValueError as exc:
             raise ConfigError(f"viz section: {exc}") from None
     hooks.extend(extra)
-    if cfg.run.export:
+    if cfg.run.export and policy:  # a world model's product is its checkpoint
         hooks.append(ExportPlayHook(cfg.run.play_episodes))
     return hooks
+
+
+def _learns_policy(cfg: Config) -> bool:
+    from unilab.algos.registry import ALGORITHMS
+
+    return bool(getattr(ALGORITHMS.get(cfg.algo.name).algo_cls, "learns_policy", True))
 
 
 def _offline(cfg: Config) -> bool:

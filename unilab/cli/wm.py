@@ -1,0 +1,171 @@
+"""`unilab wm train` / `unilab wm eval`: the world model (`unilab.worldmodel`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from unilab.cli.options import add_overrides, positive
+from unilab.cli.verb import Verb
+from unilab.config.errors import ConfigError
+
+# A world model has no policy to evaluate, export or show while it trains.
+_WM_DEFAULTS = ["eval.every=0", "viz.rerun=false", "run.export=false"]
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bar (same as run.quiet=true)")
+    add_overrides(p)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from unilab.config.compose import compose
+    from unilab.workflows.train import train
+
+    tokens = ["algo=world_model", *_WM_DEFAULTS, *args.items]
+    if args.quiet:
+        tokens.append("run.quiet=true")
+    cfg = compose(tokens)
+    if cfg.algo.name != "world_model":
+        raise ConfigError(f"unilab wm train trains algo=world_model, not algo={cfg.algo.name}")
+    run = train(cfg)
+    if run is not None:
+        print(f"world model run: {run.path} (score it: unilab wm eval {run.path} --store STORE)")
+    return 0
+
+
+def _eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a world-model run directory (unilab wm train)")
+    p.add_argument("--store", required=True, help="episode store to score against")
+    p.add_argument("--chunks", type=int, default=4, help="chunks rolled out open loop")
+    p.add_argument(
+        "--episodes", type=int, default=0, help="use the last N episodes of the store (0: all)"
+    )
+    p.add_argument("--out", default="", help="JSON path (default <run>/wm_fidelity.json)")
+    p.add_argument("--png", action="store_true", help="also write the curves next to the JSON")
+    p.add_argument("--rrd", default="", help="Rerun recording: the first window, model vs real")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from unilab.data.store import EpisodeStore
+    from unilab.worldmodel.fidelity import (
+        WorldModelRunError,
+        load_world_model,
+        open_loop,
+        plot_fidelity,
+    )
+
+    chunks = positive(args.chunks, "--chunks")
+    try:
+        loaded = load_world_model(Path(args.run))
+        episodes = None
+        if args.episodes:
+            with EpisodeStore.open(args.store, "r") as store:
+                total = len(store)
+            episodes = list(range(max(0, total - args.episodes), total))
+        shown: dict[str, Any] = {}
+        doc = open_loop(
+            loaded, Path(args.store), episodes=episodes, chunks=chunks, frames_out=shown
+        )
+    except WorldModelRunError as exc:
+        raise ConfigError(str(exc)) from None
+    out = Path(args.out) if args.out else Path(args.run) / "wm_fidelity.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    for k, steps in enumerate(doc["horizon_steps"]):
+        m, c = doc["model"], doc["copy_last"]
+        print(
+            f"{steps:4d} steps ahead: latent mse {m['latent_mse'][k]:.4g} (copy "
+            f"{c['latent_mse'][k]:.4g}), psnr {m['psnr_db'][k]:.2f} dB (copy "
+            f"{c['psnr_db'][k]:.2f}), proprio mse {m['proprio_mse'][k]:.4g} (copy "
+            f"{c['proprio_mse'][k]:.4g})"
+        )
+    print(f"wrote {out} ({doc['windows']} windows of {doc['episodes']} episodes)", file=sys.stderr)
+    if args.rrd:
+        from unilab.worldmodel.rerun_view import write_side_by_side
+
+        rrd = write_side_by_side(Path(args.rrd), shown["steps"], shown["model"], shown["real"])
+        print(f"wrote {rrd} (wm/model/<camera> beside wm/real/<camera>)")
+    if args.png:
+        print(f"wrote {plot_fidelity(doc, out.with_suffix('.png'), str(args.run))}")
+    return 0
+
+
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a world-model run trained with algo.horizon=1")
+    p.add_argument("--policy", required=True, help="a VLA run (bc_flow / bc_mse) to roll out")
+    p.add_argument("--start-store", required=True, help="store whose first frames start rollouts")
+    p.add_argument("--episodes", type=int, default=16)
+    p.add_argument("--max-steps", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-drift", type=float, default=0.5, help="consistency filter: latent drift bound"
+    )
+    p.add_argument("items", nargs="*", metavar="store=PATH", help="where to write the episodes")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
+    from unilab.worldmodel.generate import generate
+
+    stores = [w.removeprefix("store=") for w in args.items if w.startswith("store=")]
+    other = [w for w in args.items if not w.startswith("store=")]
+    if len(stores) != 1 or other:
+        raise ConfigError(
+            f"unilab wm generate takes one store=PATH for its output; got {args.items}"
+        )
+    try:
+        report = generate(
+            load_world_model(Path(args.run)),
+            Path(args.policy),
+            Path(args.start_store),
+            Path(stores[0]),
+            episodes=positive(args.episodes, "--episodes"),
+            max_steps=positive(args.max_steps, "--max-steps"),
+            seed=args.seed,
+            max_drift=args.max_drift,
+            wm_run=str(args.run),
+        )
+    except WorldModelRunError as exc:
+        raise ConfigError(str(exc)) from None
+    print(json.dumps(report.to_dict()))
+    print(f"wrote {report.kept} of {report.generated} episodes to {stores[0]}", file=sys.stderr)
+    return 0
+
+
+VERBS = [
+    Verb("wm", "world model: train from an episode store, score open-loop fidelity", order=75),
+    Verb(
+        "train",
+        "train a world model from data.store=PATH (algo=world_model on the offline loop)",
+        _train,
+        _train_arguments,
+        description="Train the action-conditioned world model (unilab.worldmodel) from an "
+        "episode store: same run directory, checkpoints, resume, TensorBoard and progress bar "
+        "as `unilab train`. Example: unilab wm train task=arm_move_side data.store=demos.zarr",
+        parent="wm",
+    ),
+    Verb(
+        "eval",
+        "open-loop error vs horizon of a world model against copy-last-frame",
+        _eval,
+        _eval_arguments,
+        parent="wm",
+    ),
+    Verb(
+        "generate",
+        "roll a VLA out inside a one-step world model; write origin=wm episodes",
+        _generate,
+        _generate_arguments,
+        description="Start from first frames of --start-store episodes, roll --policy out "
+        "inside the world model (chunked execution, seeded noise), end episodes where the "
+        "model's done head says so, keep those that pass the consistency filter, and write "
+        "them with origin=wm and the model's checkpoint in their metadata. "
+        "Example: unilab wm generate <wm run> --policy <vla run> --start-store demos.zarr "
+        "store=synthetic.zarr",
+        parent="wm",
+    ),
+]
