@@ -33,6 +33,7 @@ COMMANDS = {
     "experts": "unilab bench experts",
     "learn_allocation": "unilab bench learn_allocation --eval-every 8",
     "learn_branching": "unilab bench learn_branching --eval-every 8 task.success_tolerance=0.05",
+    "segment_critic": "unilab bench segment_critic",
 }
 
 

@@ -42,7 +42,10 @@ def test_every_verb_group_and_the_top_level_answer_help(
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["data"], "choose a verb: info, validate, repair, export-lerobot, import-lerobot"),
+        (
+            ["data"],
+            "choose a verb: info, validate, repair, export-lerobot, import-lerobot, segment, curate",
+        ),
         (["bench"], "choose a verb: sim, runtime"),
         (["dta", "info"], "unknown verb 'dta'; did you mean data?"),
         (["bench", "warp-speed"], "unknown verb 'warp-speed'"),

@@ -13,6 +13,9 @@ terminate (truncated or unfinished) has no successor observation in the store, s
 n-step windows it is not an item: windows that reach it stop one frame earlier and
 bootstrap from its observation.
 
+A store with a float `weight` column (a curated store) gives each item that weight
+(`item_weights`, read by `WeightedFrameSampler`); other stores weigh every item 1.
+
 Vector columns are loaded into memory once (fast random access). Camera images are read
 from the store per batch, or, with `image_cache_bytes`, loaded into memory once when all of
 them fit in that many bytes: a batch is then a plain uint8 gather instead of decompressing
@@ -32,6 +35,9 @@ import torch
 from torch.utils.data import Dataset
 
 from unilab.data.store import EpisodeStore
+
+WEIGHT_FIELD = "weight"
+"""Optional per-frame float column of learning weights (written by `unilab data curate`)."""
 
 
 class FrameDataset(Dataset[dict[str, torch.Tensor]]):
@@ -83,6 +89,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         self.episode_end = self.episode_start + np.repeat(lengths, lengths)
 
         need = set(self.fields) | {"origin", "terminated"}
+        if WEIGHT_FIELD in schema.fields:
+            need.add(WEIGHT_FIELD)
         if action_horizon is not None:
             need.add("action")
         if n_step is not None:
@@ -142,6 +150,14 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
     def origins(self) -> np.ndarray:
         """(len(self),) uint8 origin code of each item (for `WeightedOriginSampler`)."""
         return self._columns["origin"][self.indices]
+
+    @property
+    def item_weights(self) -> np.ndarray:
+        """(len(self),) float64 weight of each item: the store's `weight` column (curated
+        stores, `unilab data curate`), else ones. Samplers and losses may use it."""
+        if WEIGHT_FIELD not in self._columns:
+            return np.ones(len(self), dtype=np.float64)
+        return self._columns[WEIGHT_FIELD][self.indices].astype(np.float64)
 
     def frame_index(self, item: int) -> int:
         """The store frame that dataset item `item` starts at."""

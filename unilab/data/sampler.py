@@ -75,3 +75,34 @@ class WeightedOriginSampler(Sampler[int]):
             sel = groups == g
             out[sel] = members[self._rng.integers(0, members.size, size=int(sel.sum()))]
         return iter(out.tolist())
+
+
+class WeightedFrameSampler(Sampler[int]):
+    """Samples item indices (with replacement) in proportion to `FrameDataset.item_weights`
+    (a curated store's `weight` column; uniform for other stores). Items of weight 0 are
+    never drawn."""
+
+    def __init__(
+        self, source: FrameDataset | np.ndarray, num_samples: int, *, seed: int | None = None
+    ) -> None:
+        w = source.item_weights if isinstance(source, FrameDataset) else np.asarray(source)
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim != 1 or not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("item weights must be a 1-d array of finite values >= 0")
+        if w.sum() <= 0:
+            raise ValueError("every item has weight 0: nothing to sample")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        self.num_samples = num_samples
+        self._p = w / w.sum()
+        self._rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def draw(self, size: int) -> np.ndarray:
+        """`size` item indices at once (for `FrameDataset.batch`)."""
+        return self._rng.choice(self._p.size, size=size, p=self._p)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.draw(self.num_samples).tolist())
