@@ -13,6 +13,7 @@ the lost-robot clock (`FleetState.check`) at every wake-up, at least 50 times a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -117,10 +118,8 @@ class FleetHub:
     # ------------------------------------------------------------------ the thread
     def _send(self, ident: bytes, mtype: str, body: dict[str, Any]) -> None:
         msg = Message(mtype, self.name, self.seq.next(), body, {}, time.time())
-        try:
+        with contextlib.suppress(zmq.Again):  # a host that stopped reading loses the reply
             self.sock.send_multipart([ident, *encode(msg)], flags=zmq.NOBLOCK)
-        except zmq.Again:  # a host that stopped reading loses the reply
-            pass
 
     def _run(self) -> None:
         poller = zmq.Poller()

@@ -1,12 +1,12 @@
 """The key directory of a fleet (CurveZMQ, made with `unilab.teleop.keys`):
 
-    DIR/public/fleet.key, DIR/private/fleet.key_secret    the fleet server
-    DIR/public/<robot>.key, DIR/private/<robot>.key_secret robot hosts (the sim shares "sim")
-    DIR/public/<station>.key, ...                          operator stations ("operator")
-    DIR/allowed/      robot keys the fleet server accepts
-    DIR/stations/     station keys the robot hosts accept (for a takeover with `hil run`)
+DIR/public/fleet.key, DIR/private/fleet.key_secret    the fleet server
+DIR/public/<robot>.key, DIR/private/<robot>.key_secret robot hosts (the sim shares "sim")
+DIR/public/<station>.key, ...                          operator stations ("operator")
+DIR/allowed/      robot keys the fleet server accepts
+DIR/stations/     station keys the robot hosts accept (for a takeover with `hil run`)
 
-    unilab fleet keygen --dir keys/fleet [--robot NAME ...] [--station NAME ...]
+unilab fleet keygen --dir keys/fleet [--robot NAME ...] [--station NAME ...]
 """
 
 from __future__ import annotations

@@ -163,10 +163,11 @@ class FleetReporter:
         groups = [np.asarray(v, dtype=np.float32).reshape(-1) for v in host._obs.values()]
         state = np.concatenate(groups) if groups else np.zeros(0, np.float32)
         ref = self._motion_ref
-        if ref is None or ref.shape != state.shape:
-            self._motion_ref = state.copy()
-            self._moved_at = now
-        elif np.max(np.abs(state - ref), initial=0.0) > self.motion_tol:
+        if (
+            ref is None
+            or ref.shape != state.shape
+            or np.max(np.abs(state - ref), initial=0.0) > self.motion_tol
+        ):
             self._motion_ref = state.copy()
             self._moved_at = now
 

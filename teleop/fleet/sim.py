@@ -126,8 +126,8 @@ def start_fleet_sim(
         for robot in started:
             while not robot.ready.is_file() or not robot.ready.read_text().strip():
                 if robot.proc.poll() is not None:
-                    err = robot.log.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{robot.name} exited with {robot.proc.returncode}: {err}")
+                    tail = robot.log.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"{robot.name} exited with {robot.proc.returncode}: {tail}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{robot.name} not ready after {READY_TIMEOUT_S:.0f} s")
                 time.sleep(0.05)
@@ -158,7 +158,9 @@ def write_ready(path: str | os.PathLike[str], robots: Sequence[SimRobotProcess])
     tmp.replace(path)  # readers never see half a file
 
 
-def run_fleet_sim(*, ready_file: str | None = None, duration_s: float | None = None, **options: object) -> int:
+def run_fleet_sim(
+    *, ready_file: str | None = None, duration_s: float | None = None, **options: object
+) -> int:
     robots = start_fleet_sim(**options)  # type: ignore[arg-type]
     stop = {"now": False}
 

@@ -218,7 +218,7 @@ class FleetState:
             if robot is not None and robot.takeover_requested:
                 robot.takeover_requested = ""
                 self._bump(robot)
-    
+
     # ------------------------------------------------------------------ alerts
     def check(self, now: float) -> None:
         """Re-judge every robot (the lost timeout runs on the clock, not on messages)."""
@@ -233,9 +233,7 @@ class FleetState:
             robot.lost = True
             self._bump(robot)
         present = not robot.lost
-        self._set(
-            robot, LOST, robot.lost, now, f"no status for {now - robot.last_seen:.1f} s"
-        )
+        self._set(robot, LOST, robot.lost, now, f"no status for {now - robot.last_seen:.1f} s")
         self._set(
             robot,
             STALL,
@@ -272,7 +270,7 @@ class FleetState:
             return self._queue()
 
     def _queue(self) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for (name, kind), alert in self.alerts.items():
             if kind in REQUEST_OF:
                 out.append(

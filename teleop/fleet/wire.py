@@ -57,5 +57,7 @@ def encode_jpeg(image: np.ndarray, quality: int = 70) -> bytes | None:
     """RGB uint8 (H, W, 3) -> JPEG bytes (OpenCV is imported only when a camera exists)."""
     import cv2
 
-    ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(image[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    ok, buf = cv2.imencode(
+        ".jpg", np.ascontiguousarray(image[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, int(quality)]
+    )
     return buf.tobytes() if ok else None

@@ -1,8 +1,8 @@
 """`unilab fleet serve | sim | keygen`: the fleet view for a floor operator (docs/fleet.md).
 
-    unilab fleet keygen --dir keys/fleet
-    unilab fleet serve --keys keys/fleet --token "$TOKEN"        # http://127.0.0.1:8700
-    unilab fleet sim --keys keys/fleet --robots 12 --stall sim-03
+unilab fleet keygen --dir keys/fleet
+unilab fleet serve --keys keys/fleet --token "$TOKEN"        # http://127.0.0.1:8700
+unilab fleet sim --keys keys/fleet --robots 12 --stall sim-03
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ def _keygen_arguments(p: argparse.ArgumentParser) -> None:
         "--robot", action="append", default=[], help="robot host key name (default: sim)"
     )
     p.add_argument(
-        "--station", action="append", default=[], help="operator station key name (default: operator)"
+        "--station",
+        action="append",
+        default=[],
+        help="operator station key name (default: operator)",
     )
 
 
@@ -27,18 +30,26 @@ def _keygen(args: argparse.Namespace) -> int:
     from unilab.teleop.fleet.keys import SIM_ROBOT, STATION, make_fleet_keys
 
     keys = make_fleet_keys(args.dir, args.robot or [SIM_ROBOT], args.station or [STATION])
-    print(f"fleet keys in {keys.root}: server fleet, robots in {keys.allowed}, stations in {keys.stations}")
+    print(
+        f"fleet keys in {keys.root}: server fleet, robots in {keys.allowed}, stations in {keys.stations}"
+    )
     return 0
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", required=True, help="fleet key directory (unilab fleet keygen)")
-    p.add_argument("--host", default="127.0.0.1", help="web address to bind (default: localhost only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="web address to bind (default: localhost only)"
+    )
     p.add_argument("--port", type=int, default=8700, help="web port (0: any free one)")
     p.add_argument("--link", default="tcp://127.0.0.1:7100", help="endpoint robot hosts dial")
     p.add_argument("--events", default="fleet-events.jsonl", help="event log (JSONL)")
-    p.add_argument("--token", default=None, help="operator token (else $UNILAB_FLEET_TOKEN, else random)")
-    p.add_argument("--stall-s", type=float, default=3.0, help="stall alert after N s without motion")
+    p.add_argument(
+        "--token", default=None, help="operator token (else $UNILAB_FLEET_TOKEN, else random)"
+    )
+    p.add_argument(
+        "--stall-s", type=float, default=3.0, help="stall alert after N s without motion"
+    )
     p.add_argument("--lost-s", type=float, default=0.5, help="lost alert after N s without status")
     p.add_argument(
         "--fail-below", type=float, default=0.3, help="predicted-failure alert below this success"
