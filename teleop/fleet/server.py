@@ -5,6 +5,8 @@
                     GET /               the dashboard page (static; it asks for the token)
                     GET /static/...     its script and style sheet
                     GET /api/state      everything now, as JSON            (token)
+                    GET /api/robots/<robot>         one robot (404: unknown)  (token)
+                    POST /api/robots/<robot>/<op>   takeover|pause|reset|resume (token)
                     GET /thumb/<robot>  the newest camera thumbnail (JPEG)  (token)
                     WS  /ws             state deltas pushed every 50 ms at most; the
                                         operator's commands come back on it (token)
@@ -58,6 +60,11 @@ def _request_token(request: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _operator(given: str) -> str:
+    """The operator's name as the event log records it (a short, plain label)."""
+    return OPERATOR_PATTERN.sub("", given)[:32].strip() or "operator"
+
+
 def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None, token: str) -> Any:
     """The Starlette app over a state (and a hub to send commands through)."""
     from starlette.applications import Starlette
@@ -80,19 +87,23 @@ def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None,
     async def thumb(request: Request) -> Response:
         if not _token_ok(_request_token(request), token):
             return Response("bad or missing token", status_code=401)
-        data = state.thumbnail(str(request.path_params["robot"]))
+        name = str(request.path_params["robot"])
+        if name not in state.names():
+            return Response(f"no robot {name[:64]!r}", status_code=404)
+        data = state.thumbnail(name)
         if data is None:
-            return Response("no thumbnail yet", status_code=404)
+            return Response(f"no thumbnail from {name} yet", status_code=404)
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
-    def command(msg: Any, operator: str) -> dict[str, Any]:
+    def command(msg: Any, operator: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, reply) for one operator command; the WebSocket sends the reply."""
         if not isinstance(msg, dict):
-            return {"type": "error", "detail": "a command is {op, robot}"}
+            return 400, {"type": "error", "detail": "a command is {op, robot}"}
         op, robot = msg.get("op"), msg.get("robot")
         if op not in FLEET_OPS:
-            return {"type": "error", "detail": f"op must be one of {list(FLEET_OPS)}"}
+            return 400, {"type": "error", "detail": f"op must be one of {list(FLEET_OPS)}"}
         if not isinstance(robot, str) or robot not in state.names():
-            return {"type": "error", "detail": f"no robot {str(robot)[:64]!r}"}
+            return 404, {"type": "error", "detail": f"no robot {str(robot)[:64]!r}"}
         request = requests["next"]
         requests["next"] += 1
         now = time.monotonic()
@@ -105,14 +116,30 @@ def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None,
             events.append(
                 "operator_action", robot=robot, op=op, operator=operator, request=request, sent=sent
             )
-        return {"type": "sent", "op": op, "robot": robot, "request": request, "sent": sent}
+        return 200, {"type": "sent", "op": op, "robot": robot, "request": request, "sent": sent}
+
+    async def api_robot(request: Request) -> Response:
+        if not _token_ok(_request_token(request), token):
+            return JSONResponse({"error": "bad or missing token"}, status_code=401)
+        name = str(request.path_params["robot"])
+        view = state.robot_json(name, time.monotonic())
+        if view is None:
+            return JSONResponse({"error": f"no robot {name[:64]!r}"}, status_code=404)
+        return JSONResponse(view)
+
+    async def api_command(request: Request) -> Response:
+        """POST /api/robots/<robot>/<op>?operator=NAME: the dashboard's buttons, for scripts."""
+        if not _token_ok(_request_token(request), token):
+            return JSONResponse({"error": "bad or missing token"}, status_code=401)
+        msg = {"robot": request.path_params["robot"], "op": request.path_params["op"]}
+        code, reply = command(msg, _operator(request.query_params.get("operator", "")))
+        return JSONResponse(reply, status_code=code)
 
     async def ws(websocket: WebSocket) -> None:
         if not _token_ok(websocket.query_params.get("token"), token):
             await websocket.close(code=1008)  # before accept: the client sees HTTP 403
             return
-        operator = OPERATOR_PATTERN.sub("", websocket.query_params.get("operator", ""))[:32]
-        operator = operator.strip() or "operator"
+        operator = _operator(websocket.query_params.get("operator", ""))
         await websocket.accept()
 
         async def reader() -> None:
@@ -123,7 +150,7 @@ def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None,
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     await websocket.send_json({"type": "error", "detail": "send JSON"})
                     continue
-                await websocket.send_json(command(msg, operator))
+                await websocket.send_json(command(msg, operator)[1])
 
         task = asyncio.create_task(reader())
         version = -1
@@ -147,6 +174,8 @@ def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None,
         routes=[
             Route("/", index),
             Route("/api/state", api_state),
+            Route("/api/robots/{robot}", api_robot),
+            Route("/api/robots/{robot}/{op}", api_command, methods=["POST"]),
             Route("/thumb/{robot}", thumb),
             WebSocketRoute("/ws", ws),
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
@@ -193,6 +222,7 @@ def serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # browsers that come early wait in the backlog for uvicorn
     except OSError as exc:
         sock.close()
         raise FleetServerError(f"cannot listen on {host}:{port}: {exc.strerror}") from None

@@ -311,6 +311,11 @@ class FleetState:
                 "thumb_versions": {r.name: r.thumb_version for r in changed if r.thumb},
             }
 
+    def robot_json(self, name: str, now: float) -> dict[str, Any] | None:
+        with self._lock:
+            robot = self.robots.get(name)
+            return None if robot is None else robot.to_json(now)
+
     def thumbnail(self, name: str) -> bytes | None:
         with self._lock:
             robot = self.robots.get(name)
