@@ -47,6 +47,13 @@ if TYPE_CHECKING:
 HELLO_RETRY_S = 1.0
 
 
+def _next_due(due: float, period: float, now: float) -> float:
+    """The next send time on a fixed grid, so the rate holds at 10 Hz although control
+    ticks (50 Hz, with jitter) rarely land on it; after a long stall it starts afresh."""
+    due += period
+    return due if due > now - period else now + period
+
+
 class FleetReporter:
     def __init__(
         self,
@@ -78,8 +85,8 @@ class FleetReporter:
         self.status_period = 1.0 / STATUS_HZ
         self.thumb_period = 1.0 / THUMB_FPS
         self._hello_at = -1e9
-        self._sent_at = -1e9
-        self._thumb_at = -1e9
+        self._status_due = -1e9
+        self._thumb_due = -1e9
         self._motion_ref: np.ndarray | None = None
         self._moved_at = time.monotonic()
         self.sent = 0
@@ -112,8 +119,8 @@ class FleetReporter:
                 self._hello(host, now)
             return
         self._track_motion(host, now)
-        if now - self._sent_at >= self.status_period:
-            self._sent_at = now
+        if now >= self._status_due:
+            self._status_due = _next_due(self._status_due, self.status_period, now)
             self._report(host, now)
 
     def _receive(self, host: RobotHost) -> None:
@@ -180,8 +187,8 @@ class FleetReporter:
         body = host.fleet_status(now)
         body["idle_s"] = max(0.0, now - self._moved_at) if host.mode == "running" else 0.0
         arrays: dict[str, np.ndarray] = {}
-        if now - self._thumb_at >= self.thumb_period and host.driver.cameras:
-            self._thumb_at = now
+        if now >= self._thumb_due and host.driver.cameras:
+            self._thumb_due = _next_due(self._thumb_due, self.thumb_period, now)
             frames = host.driver.read_cameras()
             image = next(iter(frames.values()), None) if frames else None
             jpeg = encode_jpeg(image) if image is not None else None

@@ -86,6 +86,7 @@ def test_dashboard_end_to_end(
                 None,
                 30,
             )
+            assert page.is_hidden("#login") and page.is_visible("#tiles")
             shown = tiles(page)
             assert sorted(shown) == sorted(robots) and len(shown) == 12
             assert all(t["alerts"] == "" for t in shown.values())

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "env_state": "one env's save + restore (branching rollouts) against one step of the batch",
     "learn_allocation": "reset bins: uniform vs Thompson allocation, env steps to a target success",
     "learn_branching": "sparse-reward arm_reach: branching rollouts vs plain, env steps to a target",
+    "fleet": "fleet server with 12 simulated robots: server CPU, update latency p99, dashboard",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]
