@@ -30,8 +30,8 @@ class FleetSimError(ValueError):
     """Bad input to the fleet simulation (exit 2)."""
 
 
-def robot_name(i: int) -> str:
-    return f"sim-{i + 1:02d}"
+def robot_name(i: int, prefix: str = "sim") -> str:
+    return f"{prefix}-{i + 1:02d}"
 
 
 @dataclass
@@ -43,13 +43,12 @@ class SimRobotProcess:
     endpoint: str = ""
 
 
-def _pick(names: Sequence[str], robots: int, what: str) -> set[str]:
-    valid = {robot_name(i) for i in range(robots)}
+def _pick(names: Sequence[str], robots: int, what: str, prefix: str) -> set[str]:
+    valid = {robot_name(i, prefix) for i in range(robots)}
     bad = [n for n in names if n not in valid]
     if bad:
-        raise FleetSimError(
-            f"{what} {bad}: robots are named {robot_name(0)} .. {robot_name(robots - 1)}"
-        )
+        first, last = robot_name(0, prefix), robot_name(robots - 1, prefix)
+        raise FleetSimError(f"{what} {bad}: robots are named {first} .. {last}")
     return set(names)
 
 
@@ -65,14 +64,17 @@ def start_fleet_sim(
     seed: int = 0,
     thumbnails: bool = True,
     workdir: str | os.PathLike[str] | None = None,
+    prefix: str = "sim",
 ) -> list[SimRobotProcess]:
     """Start the robot processes and wait until all are bound (or raise)."""
     if not 1 <= robots <= MAX_ROBOTS:
         raise FleetSimError(f"--robots {robots}: give 1 to {MAX_ROBOTS}")
     if fault_after_s < 0:
         raise FleetSimError(f"--fault-after {fault_after_s}: must be >= 0 seconds")
-    stalls = _pick(stall, robots, "--stall")
-    fails = _pick(fail, robots, "--fail")
+    if not prefix.replace("_", "").replace("-", "").isalnum() or len(prefix) > 32:
+        raise FleetSimError(f"--prefix {prefix[:40]!r}: letters, digits, - and _ only")
+    stalls = _pick(stall, robots, "--stall", prefix)
+    fails = _pick(fail, robots, "--fail", prefix)
     if policy and not Path(policy).exists():
         raise FleetSimError(f"--policy {policy}: no such file or run directory")
     k = FleetKeys(Path(keys))
@@ -87,7 +89,7 @@ def start_fleet_sim(
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     started: list[SimRobotProcess] = []
     for i in range(robots):
-        name = robot_name(i)
+        name = robot_name(i, prefix)
         ready = work / f"{name}.ready"
         ready.unlink(missing_ok=True)
         cmd = [

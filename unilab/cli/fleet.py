@@ -96,6 +96,7 @@ def _sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault-after", type=float, default=5.0, help="inject faults after N s")
     p.add_argument("--no-thumbnails", action="store_true", help="send no camera thumbnails")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix", default="sim", help="robot names: PREFIX-01, PREFIX-02, ...")
     p.add_argument("--ready-file", default=None, help="write {robot: {pid, endpoint}} JSON here")
     p.add_argument("--duration", type=float, default=None, help="stop after N seconds")
 
@@ -113,6 +114,7 @@ def _sim(args: argparse.Namespace) -> int:
             fail=args.fail,
             fault_after_s=args.fault_after,
             seed=args.seed,
+            prefix=args.prefix,
             thumbnails=not args.no_thumbnails,
             ready_file=args.ready_file,
             duration_s=args.duration,
