@@ -27,12 +27,11 @@ import numpy as np
 
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.teleop.fleet.keys import make_fleet_keys
-from unilab.teleop.fleet.launch import ServerProcess, start_server
+from unilab.teleop.fleet.launch import ServerProcess, chromium_path, start_server
 from unilab.teleop.fleet.server import PUSH_S
 from unilab.teleop.fleet.sim import start_fleet_sim, stop_fleet_sim
 from unilab.teleop.fleet.wire import STATUS_HZ, THUMB_FPS
 
-CHROMIUM = "/usr/bin/chromium"
 TOKEN = "fleet-bench-token"
 
 
@@ -130,7 +129,7 @@ def measure(robots: int, seconds: float, warmup: float, browser: bool, shot: str
             from playwright.sync_api import sync_playwright
 
             pw = sync_playwright().start()
-            chrome = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            chrome = pw.chromium.launch(executable_path=chromium_path(), headless=True)
             page = chrome.new_page(viewport={"width": 1366, "height": 768})
             page.goto(f"{server.url}/?token={TOKEN}&operator=bench")
             page.wait_for_function(

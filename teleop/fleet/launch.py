@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READY_TIMEOUT_S = 60.0
+CHROMIUM_ENV = "UNILAB_CHROMIUM"
+
+
+def chromium_path() -> str:
+    """The Chromium that Playwright drives: $UNILAB_CHROMIUM, else Debian's `chromium` (the
+    project never downloads Playwright's own browser builds)."""
+    return os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @dataclass

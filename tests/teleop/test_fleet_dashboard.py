@@ -20,10 +20,9 @@ from fleet_fixtures import TOKEN, get_json, wait_for
 from playwright.sync_api import Page, sync_playwright
 
 from unilab.teleop.fleet.keys import make_fleet_keys
-from unilab.teleop.fleet.launch import ServerProcess, start_server
+from unilab.teleop.fleet.launch import ServerProcess, chromium_path, start_server
 from unilab.teleop.fleet.sim import SimRobotProcess, start_fleet_sim, stop_fleet_sim
 
-CHROMIUM = "/usr/bin/chromium"
 STALL_S = 0.4
 LOST_S = 0.5
 JAMMED, KILLED = "sim-03", ("sim-05", "sim-08", "sim-11")
@@ -74,7 +73,7 @@ def test_dashboard_end_to_end(
 ) -> None:
     server, robots = fleet
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 768})
             page.goto(f"{server.url}/?token={TOKEN}&operator=olga")
@@ -157,7 +156,7 @@ def test_wrong_token_shows_the_login(
 ) -> None:
     server, _ = fleet
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True)
         try:
             page = browser.new_page()
             page.goto(f"{server.url}/?token=not-the-token")
