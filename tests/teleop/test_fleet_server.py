@@ -37,9 +37,7 @@ def fleet(
     robots: list[SimRobotProcess] = []
     try:
         robots = start_fleet_sim(robots=2, fleet=server.link, keys=keys.root, workdir=work)
-        wait_for(
-            lambda: len(get_json(f"{server.url}/api/state")[1]["robots"]) == 2, 60, "2 robots"
-        )
+        wait_for(lambda: len(get_json(f"{server.url}/api/state")[1]["robots"]) == 2, 60, "2 robots")
         yield server, robots, work
     finally:
         stop_fleet_sim(robots)
