@@ -19,11 +19,14 @@ import pytest
 from fleet_fixtures import TOKEN, get_json, wait_for
 from playwright.sync_api import Page, sync_playwright
 
+from unilab.teleop.fleet.events import read_events
 from unilab.teleop.fleet.keys import make_fleet_keys
 from unilab.teleop.fleet.launch import ServerProcess, chromium_path, start_server
 from unilab.teleop.fleet.sim import SimRobotProcess, start_fleet_sim, stop_fleet_sim
 
-STALL_S = 0.4
+STALL_S = 0.3
+"""A healthy arm's observation changes every tick (its target circles), so a short stall
+threshold raises no false alerts and leaves the rest of the 1 s for a loaded machine."""
 LOST_S = 0.5
 JAMMED, KILLED = "sim-03", ("sim-05", "sim-08", "sim-11")
 
@@ -101,6 +104,7 @@ def test_dashboard_end_to_end(
                 JAMMED,
                 1.0,
             )
+            print(f"\nstall alert on the page {took:.2f} s after the jam")
             assert took <= 1.0
             stalled = [n for n, t in tiles(page).items() if "stall" in t["alerts"]]
             assert stalled == [JAMMED]
@@ -122,7 +126,7 @@ def test_dashboard_end_to_end(
             assert get_json(f"{server.url}/api/robots/{JAMMED}")[1]["idle_s"] < STALL_S
 
             # Three hosts die: exactly those three are lost within 1 s.
-            before = tiles(page)
+            before, killed_at = tiles(page), time.time()
             for name in KILLED:
                 os.kill(robots[name].proc.pid, signal.SIGKILL)
             took = wait_page(
@@ -133,6 +137,7 @@ def test_dashboard_end_to_end(
                 list(KILLED),
                 1.0,
             )
+            print(f"3 hosts lost on the page {took:.2f} s after the kill")
             assert took <= 1.0
             time.sleep(1.0)
             after = tiles(page)
@@ -141,6 +146,26 @@ def test_dashboard_end_to_end(
                 assert after[name]["updates"] >= before[name]["updates"] + 5, name
                 assert after[name]["mode"] == "running", name
             assert "12 robots · 3 lost" in page.inner_text("#summary")
+
+            # Every alert and the operator's action are in the event log, with the ack.
+            events = read_events(server.events)
+            alerts = {(e["robot"], e["alert"]) for e in events if e["kind"] == "alert"}
+            assert {(JAMMED, "stall"), *((n, "lost") for n in KILLED)} <= alerts
+            # (Before the kill, a host starved of CPU on a loaded 2-core machine, say while
+            # Chromium starts, may miss 0.5 s and be lost for a moment: that is the alert
+            # doing its job. From the kill on, only the three killed may be lost.)
+            stray = [
+                e
+                for e in events
+                if e.get("alert") == "lost" and e["robot"] not in KILLED and e["time"] > killed_at
+            ]
+            assert not stray, stray
+            acted = [e for e in events if e["kind"] == "operator_action"]
+            assert [(e["robot"], e["op"], e["operator"]) for e in acted] == [
+                (JAMMED, "reset", "olga")
+            ]
+            acks = [e for e in events if e["kind"] == "ack"]
+            assert [(e["robot"], e["op"], e["ok"]) for e in acks] == [(JAMMED, "reset", True)]
 
             shot = tmp_path / "fleet_dashboard.png"
             page.screenshot(path=str(shot), full_page=True)
