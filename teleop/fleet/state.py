@@ -7,7 +7,7 @@ Alerts (one per robot and kind at a time; raising and clearing each is an event)
 - `lost`: no status for `lost_s` (default 0.5 s; hosts report at 10 Hz);
 - `stall`: running, yet the robot has not moved for `stall_s` (its host reports `idle_s`);
 - `predicted_failure`: predicted success (the policy's, else the host's estimate) below
-  `fail_below`;
+  `fail_below` (a status without a prediction leaves it as it was);
 - `error`: the host reports an error (a watchdog stop, a camera failure, a driver fault).
 
 Requests (the operator's to-do list): `error` -> reset, `stall` -> reset,
@@ -242,10 +242,15 @@ class FleetState:
             f"running but not moving for {robot.idle_s:.1f} s",
         )
         p = robot.predicted_success
+        failing = (
+            p < cfg.fail_below if p is not None else (robot.name, PREDICTED_FAILURE) in self.alerts
+        )
         self._set(
             robot,
             PREDICTED_FAILURE,
-            present and robot.mode == "running" and p is not None and p < cfg.fail_below,
+            # No prediction (the first second of an episode) leaves the alert as it was:
+            # otherwise a failing robot's alert and request would restart every episode.
+            present and robot.mode == "running" and failing,
             now,
             f"predicted success {p:.2f} < {cfg.fail_below:.2f}" if p is not None else "",
         )

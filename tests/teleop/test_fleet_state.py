@@ -48,8 +48,13 @@ def test_alerts_rise_and_clear_with_the_status(state: FleetState) -> None:
     assert kinds(state, "a") == {"stall"}
     state.update("a", status(idle_s=0.0, predicted_success=0.1), 0.2)
     assert kinds(state, "a") == {"predicted_failure"}
+    # No prediction (a new episode's first second) says nothing either way.
     state.update("a", status(predicted_success=None, error="watchdog: no command"), 0.3)
+    assert kinds(state, "a") == {"predicted_failure", "error"}
+    state.update("a", status(predicted_success=0.8, error="watchdog: no command"), 0.35)
     assert kinds(state, "a") == {"error"}
+    state.update("a", status(predicted_success=None), 0.36)
+    assert kinds(state, "a") == set()
     # A paused robot is not stalled, and a prediction for a stopped robot says nothing.
     state.update("a", status(mode="stopped", idle_s=9.0, predicted_success=0.0), 0.4)
     assert kinds(state, "a") == set()
