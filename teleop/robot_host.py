@@ -362,8 +362,11 @@ class RobotHost:
             self.mode = RUNNING
             self.stop_reason = ""
         elif op == "takeover":
-            if not human:  # release the robot so a station's `resume` gets control
-                self.safe_stop(f"takeover requested by {operator}", release=True)
+            if human:
+                assert self.controller is not None
+                return True, f"{self.controller[1]} already holds control"
+            # Release the robot so a station's `resume` gets control.
+            self.safe_stop(f"takeover requested by {operator}", release=True)
         else:
             return False, f"op must be one of takeover, pause, reset, resume (got {op[:32]!r})"
         if self.fleet is not None and op in ("reset", "resume"):

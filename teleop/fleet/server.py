@@ -6,7 +6,8 @@
                     GET /static/...     its script and style sheet
                     GET /api/state      everything now, as JSON            (token)
                     GET /api/robots/<robot>         one robot (404: unknown)  (token)
-                    POST /api/robots/<robot>/<op>   takeover|pause|reset|resume (token)
+                    POST /api/robots/<robot>/<op>   takeover|pause|reset|resume (token;
+                                                    404 unknown robot, 409 lost robot)
                     GET /thumb/<robot>  the newest camera thumbnail (JPEG)  (token)
                     WS  /ws             state deltas pushed every 50 ms at most; the
                                         operator's commands come back on it (token)
@@ -104,6 +105,8 @@ def create_app(state: FleetState, hub: FleetHub | None, events: EventLog | None,
             return 400, {"type": "error", "detail": f"op must be one of {list(FLEET_OPS)}"}
         if not isinstance(robot, str) or robot not in state.names():
             return 404, {"type": "error", "detail": f"no robot {str(robot)[:64]!r}"}
+        if state.is_lost(robot):  # its connection is gone: the command would vanish
+            return 409, {"type": "error", "detail": f"{robot} is lost: its host is not reporting"}
         request = requests["next"]
         requests["next"] += 1
         now = time.monotonic()

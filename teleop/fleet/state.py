@@ -316,6 +316,11 @@ class FleetState:
                 "thumb_versions": {r.name: r.thumb_version for r in changed if r.thumb},
             }
 
+    def is_lost(self, name: str) -> bool:
+        with self._lock:
+            robot = self.robots.get(name)
+            return robot is not None and robot.lost
+
     def robot_json(self, name: str, now: float) -> dict[str, Any] | None:
         with self._lock:
             robot = self.robots.get(name)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_fixtures import TOKEN, get_json, wait_for
+from fleet_fixtures import TOKEN, get_json, http, wait_for
 from playwright.sync_api import Page, sync_playwright
 
 from unilab.teleop.fleet.events import read_events
@@ -146,6 +146,8 @@ def test_dashboard_end_to_end(
                 assert after[name]["updates"] >= before[name]["updates"] + 5, name
                 assert after[name]["mode"] == "running", name
             assert "12 robots · 3 lost" in page.inner_text("#summary")
+            code, body = http("POST", f"{server.url}/api/robots/{KILLED[0]}/reset")
+            assert code == 409 and b"is lost" in body
 
             # Every alert and the operator's action are in the event log, with the ack.
             events = read_events(server.events)

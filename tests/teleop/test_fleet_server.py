@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fleet_fixtures import TOKEN, get_json, http, wait_for
@@ -198,3 +199,63 @@ def test_bad_options_are_refused_with_a_message(tmp_path: Path) -> None:
         text=True,
     )
     assert done.returncode == 2 and "at least 8 characters" in done.stderr
+
+
+def test_a_robot_host_reports_with_fleet_option(
+    fleet: tuple[ServerProcess, list[SimRobotProcess], Path],
+) -> None:
+    """`unilab robot-host --fleet`: a host without an on-board policy reports, stopped and
+    uncontrolled; Pause is done, Resume is refused with the reason, both acknowledged."""
+    server, _, work = fleet
+    keys = make_fleet_keys(work / "keys")
+    ready = work / "floor-1.ready"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "unilab.cli",
+            "robot-host",
+            "--robot",
+            "sim:arm_reach",
+            "--name",
+            "floor-1",
+            "--key",
+            keys.secret(SIM_ROBOT),
+            "--allow",
+            keys.stations,
+            "--endpoint",
+            "tcp://127.0.0.1:0",
+            "--fleet",
+            server.link,
+            "--fleet-key",
+            keys.public(SERVER),
+            "--ready-file",
+            str(ready),
+            "--duration",
+            "60",
+        ]
+    )
+    try:
+
+        def robot() -> dict[str, Any] | None:
+            code, body = get_json(f"{server.url}/api/robots/floor-1")
+            return body if code == 200 and body["updates"] > 3 else None
+
+        view = wait_for(robot, 60, "floor-1 to report")
+        assert view["mode"] == "stopped" and view["controller"] == ""
+        assert view["task"] and view["driver"] == "sim:arm_reach"
+        for op in ("pause", "resume"):
+            assert http("POST", f"{server.url}/api/robots/floor-1/{op}")[0] == 200
+
+        def acks() -> list[dict[str, Any]] | None:
+            got = [e for e in read_events(server.events) if e["kind"] == "ack"]
+            mine = [e for e in got if e["robot"] == "floor-1"]
+            return mine if len(mine) == 2 else None
+
+        done = wait_for(acks, 10, "two acks from floor-1")
+        assert [(a["op"], a["ok"]) for a in done] == [("pause", True), ("resume", False)]
+        assert "no on-board policy" in done[1]["detail"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
