@@ -28,8 +28,8 @@ import numpy as np
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.teleop.fleet.keys import make_fleet_keys
 from unilab.teleop.fleet.launch import ServerProcess, chromium_path, start_server
-from unilab.teleop.fleet.server import PUSH_S
 from unilab.teleop.fleet.sim import start_fleet_sim, stop_fleet_sim
+from unilab.teleop.fleet.web import PUSH_S
 from unilab.teleop.fleet.wire import STATUS_HZ, THUMB_FPS
 
 TOKEN = "fleet-bench-token"
