@@ -143,6 +143,32 @@ def make_autopilot(driver: FleetSimDriver, host_ref: list[Any], policy: str | No
     return run_tracker
 
 
+def bind_free_ports(key: str, allow: str, tries: int = 20) -> Any:
+    """The host's sockets on a free port and the one after it (the HIL link puts status at
+    command port + 1). The OS picks the first; when another process holds the second, pick
+    again rather than fail: twelve hosts starting at once on one machine do collide."""
+    import errno
+
+    import zmq
+
+    from unilab.teleop.link import HostSockets
+
+    for attempt in range(tries):
+        context: zmq.Context[Any] = zmq.Context()
+        try:
+            sockets = HostSockets.bind(
+                secret_key=key, allow_dir=allow, endpoint="tcp://127.0.0.1:0", context=context
+            )
+        except zmq.ZMQError as exc:
+            context.term()
+            if exc.errno != errno.EADDRINUSE or attempt == tries - 1:
+                raise
+            continue
+        sockets.own_context = True  # closing the sockets ends this context too
+        return sockets
+    raise AssertionError("unreachable")
+
+
 def run_sim_robot(
     *,
     name: str,
@@ -158,12 +184,11 @@ def run_sim_robot(
     thumbnails: bool = True,
 ) -> int:
     from unilab.teleop.fleet.reporter import FleetReporter
-    from unilab.teleop.link import HostSockets
     from unilab.teleop.robot_host import RobotHost
 
     driver = FleetSimDriver(seed=seed, cameras=("scene",) if thumbnails else ())
     driver.connect()
-    sockets = HostSockets.bind(secret_key=key, allow_dir=allow, endpoint="tcp://127.0.0.1:0")
+    sockets = bind_free_ports(key, allow)
     reporter = FleetReporter(fleet, secret_key=key, server_key=fleet_key, sender=name)
     host_ref: list[Any] = []
     host = RobotHost(

@@ -136,7 +136,12 @@ def test_a_robot_key_outside_the_allowlist_is_never_shown(
         ]
     )
     try:
-        wait_for(lambda: (work / "intruder.ready").is_file(), 60, "the intruder host to run")
+
+        def running() -> bool:
+            assert proc.poll() is None, f"the intruder host exited with {proc.returncode}"
+            return (work / "intruder.ready").is_file()
+
+        wait_for(running, 60, "the intruder host to run")
         time.sleep(2.5)  # the host says hello once a second: two tries, both refused
         seen = get_json(f"{server.url}/api/state")[1]["robots"]
         assert "intruder" not in seen and {"sim-01", "sim-02"} <= set(seen)
