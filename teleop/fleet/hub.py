@@ -191,6 +191,8 @@ class FleetHub:
 
     def _nag(self, ident: bytes, sender: str) -> None:
         now = time.monotonic()
+        if len(self._nagged) > 4 * MAX_ROBOTS_PER_KEY:  # bounded, whatever names arrive
+            self._nagged.clear()
         if now - self._nagged.get(sender, -1e9) >= 1.0:
             self._nagged[sender] = now
             self._send(ident, "error", {"reason": NO_HELLO, "detail": "say hello first"})

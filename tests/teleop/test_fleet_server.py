@@ -5,6 +5,7 @@ allowlist never showing up."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -103,8 +104,6 @@ def test_reset_reaches_the_host_and_is_logged(
 
 
 def get_json_post(url: str) -> tuple[int, dict[str, object]]:
-    import json
-
     code, body = http("POST", url)
     return code, json.loads(body)
 
@@ -264,3 +263,51 @@ def test_a_robot_host_reports_with_fleet_option(
         proc.terminate()
         proc.wait(timeout=20)
     assert proc.returncode == 0
+
+
+def test_fleet_keygen_and_sim_verbs(
+    fleet: tuple[ServerProcess, list[SimRobotProcess], Path],
+) -> None:
+    """`unilab fleet keygen` then `unilab fleet sim --robots 2 --duration`: both robots
+    report, the ready file names their pids, and the launcher stops them and exits 0."""
+    server, _, work = fleet
+    cli = [sys.executable, "-m", "unilab.cli", "fleet"]
+    done = subprocess.run(
+        [*cli, "keygen", "--dir", str(work / "keys")], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "fleet keys in" in done.stdout
+    ready = work / "verb-sim.json"
+    sim = subprocess.Popen(
+        [
+            *cli,
+            "sim",
+            "--keys",
+            str(work / "keys"),
+            "--robots",
+            "2",
+            "--prefix",
+            "verb",
+            "--fleet",
+            server.link,
+            "--no-thumbnails",
+            "--ready-file",
+            str(ready),
+            "--duration",
+            "8",
+        ]
+    )
+    try:
+        wait_for(ready.is_file, 60, "the sim's ready file")
+        info = json.loads(ready.read_text())
+        assert sorted(info) == ["verb-01", "verb-02"] and all(v["pid"] > 0 for v in info.values())
+
+        def both() -> bool:
+            names = get_json(f"{server.url}/api/state")[1]["robots"]
+            return {"verb-01", "verb-02"} <= set(names)
+
+        wait_for(both, 20, "both verb robots on the server")
+        assert sim.wait(timeout=30) == 0
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+            sim.wait()
