@@ -10,11 +10,15 @@ action goes to the event log (JSONL, fsync-ed: `events.py`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from unilab.teleop.fleet.events import EventLog
 from unilab.teleop.fleet.hub import FleetHub
@@ -37,6 +41,25 @@ def resolve_token(token: str | None) -> tuple[str, bool]:
             raise FleetServerError("the operator token must be at least 8 characters")
         return value, False
     return secrets.token_urlsafe(18), True
+
+
+def _server_class(uvicorn: Any) -> Any:
+    """uvicorn's Server, except that Ctrl-C / SIGTERM end `run()` and nothing more: uvicorn
+    re-raises the signal after its shutdown, which would kill the process before the link
+    is closed and `server_stopped` is logged."""
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            sigs = (signal.SIGINT, signal.SIGTERM)
+            previous = {s: signal.signal(s, self.handle_exit) for s in sigs}
+            try:
+                yield
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+
+    return Server
 
 
 def serve(
@@ -89,7 +112,7 @@ def serve(
     bound = sock.getsockname()
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{bound[1]}"
     app = create_app(state, hub, events, tok)
-    server = uvicorn.Server(
+    server = _server_class(uvicorn)(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     )
     events.append("server_started", url=url, link=hub.endpoint)
