@@ -27,8 +27,9 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zmq
@@ -54,6 +55,9 @@ from unilab.teleop.protocol import (
 )
 from unilab.teleop.safety import SafetyFilter, Watchdog
 
+if TYPE_CHECKING:
+    from unilab.teleop.fleet.reporter import FleetReporter
+
 RUNNING, STOPPED = "running", "stopped"
 SOURCES = ("policy", "human")
 CONTROL_OPS = ("resume", "stop", "reset", "release", "bye")
@@ -61,6 +65,10 @@ MAX_INSTRUCTION_CHARS = 256
 """An instruction longer than this is cut (a status body stays small)."""
 DRAIN_LIMIT = 256
 """Messages handled per wake-up before the loop checks its tick and watchdog again."""
+AUTOPILOT = ("", "autopilot")
+"""The controller identity of an on-board policy (no remote client holds control)."""
+Autopilot = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, float | None]]
+"""Observation groups -> (action, predicted success or None), one call per tick."""
 
 
 class RobotHostError(RuntimeError):
@@ -121,6 +129,8 @@ class RobotHost:
         name: str | None = None,
         watchdog_periods: int = 3,
         camera_every: int = 0,
+        autopilot: Autopilot | None = None,
+        fleet: FleetReporter | None = None,
     ) -> None:
         self.driver = driver
         self.sockets = sockets
@@ -157,6 +167,15 @@ class RobotHost:
         self._obs: dict[str, np.ndarray] = driver.observe()
         self.schema = self._schema()
         self.filter.reseat(driver.hold_action())
+        self.autopilot = autopilot
+        self.fleet = fleet
+        self.predicted_success: float | None = None
+        self.autopilot_rejects = 0
+        if autopilot is not None:  # an on-board policy drives from the start
+            self.controller = AUTOPILOT
+            self.controller_operator = "autopilot"
+            self.mode = RUNNING
+            self.stop_reason = ""
 
     # ------------------------------------------------------------------ schema
     def _schema(self) -> dict[str, dict[str, ArraySpec]]:
@@ -269,6 +288,8 @@ class RobotHost:
         elif op == "resume":
             if self.controller not in (None, who):
                 ok, detail = False, f"robot is controlled by {self.controller[1]}"
+                if self.controller == AUTOPILOT:
+                    detail += ": ask the fleet operator for a takeover"
             else:
                 self.controller = who
                 self.controller_operator = str(msg.body.get("operator", msg.sender))[:64]
@@ -279,14 +300,7 @@ class RobotHost:
         elif self.controller != who:
             ok, detail = False, "only the client in control may do this"
         elif op == "reset":
-            self._obs = self.driver.reset()
-            self.filter.reseat(self.driver.hold_action())
-            self.episode += 1
-            self.episode_step = 0
-            self._just_reset = True  # the next status shows the reset state, unstepped
-            self.applied = Applied()
-            if self.mode == RUNNING:
-                self.watchdog.feed(time.monotonic())
+            self._reset()
         elif op in ("release", "bye"):
             self.safe_stop(f"released by {msg.sender}", release=True)
         self._reply(
@@ -317,6 +331,107 @@ class RobotHost:
         )
         self._new_command = True
 
+    def _reset(self) -> None:
+        self._obs = self.driver.reset()
+        self.filter.reseat(self.driver.hold_action())
+        self.episode += 1
+        self.episode_step = 0
+        self._just_reset = True  # the next status shows the reset state, unstepped
+        self.applied = Applied()
+        if self.mode == RUNNING:
+            self.watchdog.feed(time.monotonic())
+
+    # ------------------------------------------------------------------ fleet
+    def fleet_op(self, op: str, operator: str) -> tuple[bool, str]:
+        """A floor operator's command from the fleet server: (done, why not)."""
+        now = time.monotonic()
+        human = self.controller not in (None, AUTOPILOT)
+        if op == "pause":
+            self.safe_stop(f"paused by {operator}", release=False)
+        elif op == "reset":
+            self._reset()
+        elif op == "resume":
+            if human:
+                assert self.controller is not None
+                return False, f"a teleoperator ({self.controller[1]}) holds control"
+            if self.autopilot is None:
+                return False, "no on-board policy: a station must take control"
+            self.controller = AUTOPILOT
+            self.controller_operator = "autopilot"
+            self.filter.reseat(self.driver.hold_action())
+            self.mode = RUNNING
+            self.stop_reason = ""
+        elif op == "takeover":
+            if human:
+                assert self.controller is not None
+                return True, f"{self.controller[1]} already holds control"
+            # Release the robot so a station's `resume` gets control.
+            self.safe_stop(f"takeover requested by {operator}", release=True)
+        else:
+            return False, f"op must be one of takeover, pause, reset, resume (got {op[:32]!r})"
+        if self.fleet is not None and op in ("reset", "resume"):
+            self.fleet.mark_moved(now)
+        return True, ""
+
+    def fleet_status(self, now: float) -> dict[str, Any]:
+        """The fleet server's view of this robot (a few hundred bytes)."""
+        controller = ""
+        if self.controller == AUTOPILOT:
+            controller = "autopilot"
+        elif self.controller is not None:
+            controller = self.controller_operator or self.controller[1]
+        success = self.predicted_success
+        info = self.applied.info or {}
+        if self.controller not in (None, AUTOPILOT) and isinstance(
+            info.get("predicted_success"), int | float
+        ):
+            success = float(info["predicted_success"])  # the station's policy says so
+        limit = getattr(self.driver, "episode_steps", None)
+        progress = None
+        if isinstance(limit, int) and limit > 0:
+            progress = min(1.0, self.episode_step / limit)
+        error = ""
+        if self.stop_reason.startswith("watchdog"):
+            error = self.stop_reason
+        camera_error = getattr(self.driver, "camera_error", "")
+        if isinstance(camera_error, str) and camera_error:
+            error = f"camera: {camera_error}"
+        return {
+            "robot": self.name,
+            "driver": self.driver.name,
+            "task": self._instruction() or self.driver.name,
+            "endpoint": self.sockets.command_endpoint,
+            "mode": self.mode,
+            "stop_reason": self.stop_reason,
+            "controller": controller,
+            "episode": self.episode,
+            "episode_step": self.episode_step,
+            "progress": progress,
+            "predicted_success": None if success is None else min(1.0, max(0.0, success)),
+            "error": error[:120],
+            "tick": self.tick,
+            "host_time": time.time(),
+            "rejects": sum(self.rejects.values()) + self.autopilot_rejects,
+        }
+
+    def _autopilot_step(self, now: float) -> None:
+        """The on-board policy's command for this tick, shaped to the safety limits (as a
+        station shapes its commands) and then through the same filter."""
+        assert self.autopilot is not None
+        action, success = self.autopilot(self._obs)
+        f = self.filter
+        step = f.max_step * np.float32(0.999)  # stay clear of float32 rounding at the edge
+        cmd = np.clip(np.asarray(action, dtype=np.float32), f.low, f.high)
+        cmd = np.clip(cmd, f.target - step, f.target + step).astype(np.float32)
+        try:
+            f.check(cmd)
+        except ProtocolError:
+            self.autopilot_rejects += 1
+            return
+        self.predicted_success = success
+        self.applied = Applied(seq=self.tick, source="policy", operator="autopilot")
+        self._new_command = True
+
     # ------------------------------------------------------------------ safety
     def safe_stop(self, reason: str, *, release: bool) -> None:
         hold = self.driver.safe_stop()
@@ -333,6 +448,8 @@ class RobotHost:
 
     # ------------------------------------------------------------------ the loop
     def _tick(self, now: float) -> None:
+        if self.autopilot is not None and self.mode == RUNNING and self.controller == AUTOPILOT:
+            self._autopilot_step(now)
         held = not self._new_command
         self._new_command = False
         target = self.filter.target.copy()
@@ -398,6 +515,8 @@ class RobotHost:
         msg = Message("status", self.name, self.status_seq.next(), body, arrays, time.time())
         with contextlib.suppress(zmq.Again):
             self.sockets.status.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
+        if self.fleet is not None:
+            self.fleet.on_tick(self, now)
         self.tick += 1
 
     def _instruction(self) -> str | None:
@@ -423,7 +542,10 @@ class RobotHost:
                 if max_ticks is not None and self.tick >= max_ticks:
                     break
                 deadline = next_tick
-                wd = self.watchdog.deadline() if self.mode == RUNNING else None
+                # An on-board policy runs inside this loop and cannot fall silent on its
+                # own: the watchdog guards remote controllers only.
+                remote = self.mode == RUNNING and self.controller != AUTOPILOT
+                wd = self.watchdog.deadline() if remote else None
                 if wd is not None:
                     deadline = min(deadline, wd)
                 # Always look at the socket, even when a tick is overdue: commands that
@@ -437,7 +559,8 @@ class RobotHost:
                             break
                         self._handle(parts, time.monotonic())
                 now = time.monotonic()
-                if self.mode == RUNNING and self.watchdog.expired(now):
+                remote = self.mode == RUNNING and self.controller != AUTOPILOT
+                if remote and self.watchdog.expired(now):
                     self.watchdog_stops += 1
                     self.safe_stop(
                         f"watchdog: no valid command for {self.watchdog.timeout_s * 1e3:.0f} ms",
@@ -470,6 +593,8 @@ def run_robot_host(
     duration_s: float | None = None,
     ready_file: str | None = None,
     task_overrides: dict[str, Any] | None = None,
+    fleet: str | None = None,
+    fleet_key: str | None = None,
 ) -> dict[str, Any]:
     """Build the driver, connect, bind, and run the host loop; returns final counters."""
     driver = make_driver(
@@ -481,14 +606,27 @@ def run_robot_host(
     )
     driver.connect()
     sockets = None
+    reporter = None
     try:
         sockets = HostSockets.bind(secret_key=key, allow_dir=allow, endpoint=endpoint)
+        if fleet:
+            from unilab.teleop.fleet.reporter import FleetReporter
+
+            if not fleet_key:
+                raise RobotHostError("--fleet needs --fleet-key (the fleet server's public key)")
+            reporter = FleetReporter(
+                fleet,
+                secret_key=key,
+                server_key=fleet_key,
+                sender=name or driver.name.replace(":", "-").replace("/", "_")[:64],
+            )
         host = RobotHost(
             driver,
             sockets,
             name=name,
             watchdog_periods=watchdog_periods,
             camera_every=camera_every if cameras or driver.cameras else 0,
+            fleet=reporter,
         )
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -510,6 +648,8 @@ def run_robot_host(
             "late_ticks": host.late_ticks,
         }
     finally:
+        if reporter is not None:
+            reporter.close()
         if sockets is not None:
             sockets.close()
         driver.disconnect()
@@ -554,6 +694,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="sim: task config override, e.g. --task episode_length_s=2",
     )
+    p.add_argument(
+        "--fleet", default=None, help="report to a fleet server at this endpoint (tcp://HOST:PORT)"
+    )
+    p.add_argument("--fleet-key", default=None, help="the fleet server's public key file")
     return p
 
 
@@ -596,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
             duration_s=args.duration,
             ready_file=args.ready_file,
             task_overrides=parse_overrides(args.task),
+            fleet=args.fleet,
+            fleet_key=args.fleet_key,
         )
     except (RobotHostError, KeyFileError, zmq.ZMQError) as exc:
         print(f"unilab robot-host: error: {exc}", file=sys.stderr)

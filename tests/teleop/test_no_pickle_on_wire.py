@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WIRE_FILES = sorted(
     [
-        *(ROOT / "teleop").glob("*.py"),
+        *(ROOT / "teleop").rglob("*.py"),
         *(ROOT / "robots").glob("lerobot_*.py"),
         ROOT / "robots" / "interface.py",
         ROOT / "unilab" / "deploy" / "sim_driver.py",

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "learn_branching": "sparse-reward arm_reach: branching rollouts vs plain, env steps to a target",
     "wm_fidelity": "world model: open-loop error vs horizon against copy-last-frame, held-out episodes",
     "segment_critic": "segmentation critic: label accuracy on known segments; BC curated vs all",
+    "fleet": "fleet server with 12 simulated robots: server CPU, update latency p99, dashboard",
     "report": "write BENCHMARKS.md from bench/results/*.json",
 }
 MEASURED = ["sim", "runtime", "e2e", "scaling", "render", "vla"]
