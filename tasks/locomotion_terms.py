@@ -8,9 +8,8 @@ foot sites, and may add terrain (`edit_spec`, `terrain_height`, `spawn_xy`), cur
 (`before_reset`) and extra observations (`extra_policy_obs`, `extra_critic_obs`).
 
 Every quantity is computed for all envs at once from the sim's live views, once per sim
-state: observations, reward terms and terminations ask for the same gravity, joint and
-contact arrays, which are cached until `sim.state_version` changes (a step, reset, restore
-or push); callers treat them as read-only. The only per-step bookkeeping (foot air time)
+state (`unilab.sim.state_cache.per_sim_state`): observations, reward terms and
+terminations ask for the same gravity, joint and contact arrays. The only per-step bookkeeping (foot air time)
 updates lazily, once per step, when first asked for.
 """
 
@@ -27,6 +26,7 @@ from unilab.config.errors import ConfigError
 from unilab.config.schema import TaskConfig
 from unilab.robots.validate import validate_spec
 from unilab.sim.contacts import CONTACT_SENSOR_DIM, add_contact_sensors, contact_sensor_name
+from unilab.sim.state_cache import per_sim_state
 from unilab.tasks.base import StepResult, Task
 
 
@@ -190,8 +190,6 @@ class LocomotionTask(Task):
         self._gait_fresh = False
         self._first_contact = np.zeros((n, feet), dtype=bool)
         self._landed_air_time = np.zeros((n, feet))
-        self._cache: dict[str, Any] = {}
-        self._cache_version = -1
         self._resample_steps = max(1, round(cfg.command_resample_s / self.control_dt))
         self._push_steps = round(cfg.push_interval_s / self.control_dt)
 
@@ -239,20 +237,10 @@ class LocomotionTask(Task):
 
     # -- kinematics (from the live views, once per sim state) ----------------------------
 
-    def _state_cache(self) -> dict[str, Any]:
-        """The cache of quantities derived from the current sim state (emptied when it changes)."""
-        if self._cache_version != self.sim.state_version:
-            self._cache.clear()
-            self._cache_version = self.sim.state_version
-        return self._cache
-
+    @per_sim_state
     def projected_gravity(self) -> np.ndarray:
         """(n, 3) unit gravity in the base frame; (0, 0, -1) when upright."""
-        cache = self._state_cache()
-        if "gravity" not in cache:
-            cache["gravity"] = gravity_in_frame(self._quat)
-        result: np.ndarray = cache["gravity"]
-        return result
+        return gravity_in_frame(self._quat)
 
     def base_lin_vel(self) -> np.ndarray:
         """(n, 3) base linear velocity in the base frame (IMU velocimeter)."""
@@ -265,47 +253,31 @@ class LocomotionTask(Task):
     def base_pos(self) -> np.ndarray:
         return self.sim.xpos[:, self._base_body]
 
+    @per_sim_state
     def base_height(self) -> np.ndarray:
-        cache = self._state_cache()
-        if "base_height" not in cache:
-            pos = self.base_pos()
-            cache["base_height"] = pos[:, 2] - self.terrain_height(pos[:, :2])
-        result: np.ndarray = cache["base_height"]
+        pos = self.base_pos()
+        result: np.ndarray = pos[:, 2] - self.terrain_height(pos[:, :2])
         return result
 
+    @per_sim_state
     def joint_pos(self) -> np.ndarray:
-        cache = self._state_cache()
-        if "joint_pos" not in cache:
-            cache["joint_pos"] = self.sim.qpos[:, self._qadr]
-        result: np.ndarray = cache["joint_pos"]
-        return result
+        return self.sim.qpos[:, self._qadr]
 
+    @per_sim_state
     def joint_vel(self) -> np.ndarray:
-        cache = self._state_cache()
-        if "joint_vel" not in cache:
-            cache["joint_vel"] = self.sim.qvel[:, self._dadr]
-        result: np.ndarray = cache["joint_vel"]
-        return result
+        return self.sim.qvel[:, self._dadr]
 
+    @per_sim_state
     def foot_contacts(self) -> np.ndarray:
         """(n, feet) bool: the foot's touch sensor reads more than cfg.contact_force."""
-        cache = self._state_cache()
-        if "foot_contacts" not in cache:
-            cache["foot_contacts"] = (
-                self.sim.sensordata[:, self._touch_adr] > self.cfg.contact_force
-            )
-        result: np.ndarray = cache["foot_contacts"]
-        return result
+        contacts: np.ndarray = self.sim.sensordata[:, self._touch_adr] > self.cfg.contact_force
+        return contacts
 
+    @per_sim_state
     def foot_heights(self) -> np.ndarray:
         """(n, feet) height of each foot's sole above the terrain below it (m)."""
-        cache = self._state_cache()
-        if "foot_heights" not in cache:
-            pos = self.sim.site_xpos[:, self._foot_sites]
-            cache["foot_heights"] = (
-                pos[..., 2] - self.terrain_height(pos[..., :2]) - self.foot_radius
-            )
-        result: np.ndarray = cache["foot_heights"]
+        pos = self.sim.site_xpos[:, self._foot_sites]
+        result: np.ndarray = pos[..., 2] - self.terrain_height(pos[..., :2]) - self.foot_radius
         return result
 
     def _contact_found(self, adr: np.ndarray) -> np.ndarray:
@@ -463,11 +435,7 @@ class LocomotionTask(Task):
         return np.sum(np.abs(self.joint_pos() - self.default_pose), axis=1) * standing
 
     def reward_termination(self) -> np.ndarray:
-        cache = self._state_cache()
-        if "terminated" not in cache:
-            cache["terminated"] = np.logical_or.reduce(list(self.terminations().values()))
-        result: np.ndarray = cache["terminated"].astype(np.float64)
-        return result
+        return np.logical_or.reduce(list(self._reasons().values())).astype(np.float64)
 
     def reward_alive(self) -> np.ndarray:
         return np.ones(self.num_envs)
@@ -475,18 +443,18 @@ class LocomotionTask(Task):
     # -- terminations, resets, metrics ---------------------------------------------------
 
     def terminations(self) -> dict[str, np.ndarray]:
-        cache = self._state_cache()
-        if "reasons" not in cache:
-            upright = -self.projected_gravity()[:, 2]  # cos of the tilt angle
-            reasons: dict[str, np.ndarray] = {
-                "bad_orientation": upright < math.cos(self.cfg.max_tilt),
-                "base_too_low": self.base_height() < self.cfg.min_base_height,
-            }
-            if len(self._base_contact_adr):
-                found = self._contact_found(self._base_contact_adr)
-                reasons["base_contact"] = np.any(found, axis=1)
-            cache["reasons"] = reasons
-        return dict(cache["reasons"])  # the caller adds its own reasons to the dict
+        return dict(self._reasons())  # a copy: the caller adds its own reasons to it
+
+    @per_sim_state
+    def _reasons(self) -> dict[str, np.ndarray]:
+        upright = -self.projected_gravity()[:, 2]  # cos of the tilt angle
+        reasons: dict[str, np.ndarray] = {
+            "bad_orientation": upright < math.cos(self.cfg.max_tilt),
+            "base_too_low": self.base_height() < self.cfg.min_base_height,
+        }
+        if len(self._base_contact_adr):
+            reasons["base_contact"] = np.any(self._contact_found(self._base_contact_adr), axis=1)
+        return reasons
 
     def reset_envs(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.int64)
