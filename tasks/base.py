@@ -58,6 +58,8 @@ TASK_STREAM = 0
 """`episode_rng` stream of a seeded episode's start state (objects, colours, instruction)."""
 EXPERT_STREAM = 1
 """`episode_rng` stream of a scripted expert's per-episode draws (mode, speed, waypoints)."""
+PERTURB_STREAM = 2
+"""`episode_rng` stream of the perturbations a collecting expert adds to executed actions."""
 
 EpisodeSeeder = Callable[[np.ndarray], np.ndarray]
 """Env ids whose episodes start now -> one int seed per id (see Task.episode_seeder)."""

@@ -58,7 +58,19 @@ WORKSPACE_HIGH = np.array([0.8, 0.45, 0.5])
 """End-effector targets are clamped into this box (m, base frame; table top z = 0)."""
 YAW_LIMIT = np.pi / 2 + 0.35
 """Hand yaw targets are clamped to +- this (rad) around the ready pose's yaw."""
-PROPRIO_DIM = 30
+PROPRIO_PARTS = {
+    "joint_pos": 7,
+    "joint_vel": 7,
+    "gripper": 1,
+    "ee_pos": 3,
+    "ee_yaw": 2,
+    "ee_target": 3,
+    "ee_target_yaw": 2,
+    "previous_action": 5,
+}
+"""Named parts of the proprioception group and their widths (`TabletopConfig.proprio`)."""
+PROPRIO_DIM = sum(PROPRIO_PARTS.values())
+"""Width of the proprioception group with every part (the default)."""
 _DOWN = np.diag([1.0, -1.0, -1.0])
 """Hand orientation at yaw 0: x forward, fingers opening along y, z pointing down."""
 _DLS_DAMPING = 0.05
@@ -82,6 +94,11 @@ class TabletopConfig(TaskConfig):
     """Token ids per instruction (padded with 0)."""
     state_policy: bool = False
     """Give the policy group the privileged object state too (state-based RL baselines)."""
+    proprio: list[str] = field(default_factory=lambda: list(PROPRIO_PARTS))
+    """Parts of the proprioception (`policy` group), in this order: joint_pos, joint_vel,
+    gripper, ee_pos, ee_yaw, ee_target, ee_target_yaw, previous_action. Imitation
+    policies do better without joint_vel and previous_action: both echo the expert's last
+    action, which invites copying it instead of reading the scene (docs/vla.md)."""
     terminate_on_success: bool = True
     """End the episode (terminated) at the first step the task is solved."""
     num_distractors: int = 1
@@ -114,6 +131,11 @@ def rotation_z(yaw: np.ndarray) -> np.ndarray:
     rot = np.zeros((len(yaw), 3, 3))
     rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1], rot[:, 2, 2] = c, -s, s, c, 1.0
     return rot
+
+
+def _cos_sin(angle: np.ndarray) -> np.ndarray:
+    """(n,) angles -> (n, 2) [cos, sin]."""
+    return np.stack([np.cos(angle), np.sin(angle)], axis=1)
 
 
 def wrap_angle(a: np.ndarray) -> np.ndarray:
@@ -283,6 +305,12 @@ class TabletopTask(Task):
             problems.append(f"image_size={cfg.image_size} must be in 8..1024")
         if cfg.num_distractors < 0:
             problems.append(f"num_distractors={cfg.num_distractors} must be >= 0")
+        unknown = [p for p in cfg.proprio if p not in PROPRIO_PARTS]
+        if unknown or len(set(cfg.proprio)) != len(cfg.proprio) or not cfg.proprio:
+            problems.append(
+                f"proprio={list(cfg.proprio)} must name distinct parts among "
+                f"{', '.join(PROPRIO_PARTS)} (at least one)"
+            )
         if self.num_named + cfg.num_distractors > len(COLOUR_NAMES) - 2:
             problems.append(
                 f"num_distractors={cfg.num_distractors} leaves too few colours: at most "
@@ -452,23 +480,20 @@ class TabletopTask(Task):
 
     # -- observations -------------------------------------------------------------------
     def proprio(self) -> np.ndarray:
-        """(n, 30): joint positions (from the ready pose) and velocities, gripper opening
-        (0 closed, 1 open), fingertip position and hand yaw (cos, sin), the setpoint's
-        position and yaw (cos, sin), previous action."""
-        yaw, target_yaw = self.ee_yaw, self.ee_target_yaw
-        parts = [
-            self.joint_pos - self._default_pose,
-            self.joint_vel,
-            self.gripper_opening[:, None] / GRIPPER_OPEN,
-            self.ee_pos,
-            np.cos(yaw)[:, None],
-            np.sin(yaw)[:, None],
-            self.ee_target,
-            np.cos(target_yaw)[:, None],
-            np.sin(target_yaw)[:, None],
-            self.actions,
-        ]
-        return np.concatenate(parts, axis=1, dtype=np.float32)
+        """(n, d): the configured parts of joint positions (from the ready pose) and
+        velocities, gripper opening (0 closed, 1 open), fingertip position and hand yaw
+        (cos, sin), the setpoint's position and yaw (cos, sin), previous action."""
+        parts = {
+            "joint_pos": lambda: self.joint_pos - self._default_pose,
+            "joint_vel": lambda: self.joint_vel,
+            "gripper": lambda: self.gripper_opening[:, None] / GRIPPER_OPEN,
+            "ee_pos": lambda: self.ee_pos,
+            "ee_yaw": lambda: _cos_sin(self.ee_yaw),
+            "ee_target": lambda: self.ee_target,
+            "ee_target_yaw": lambda: _cos_sin(self.ee_target_yaw),
+            "previous_action": lambda: self.actions,
+        }
+        return np.concatenate([parts[p]() for p in self.cfg.proprio], axis=1, dtype=np.float32)
 
     def privileged(self) -> np.ndarray:
         """(n, d) object state no camera-only policy sees: every cube's position,
@@ -519,7 +544,7 @@ class TabletopTask(Task):
         return new
 
     def observation_spec(self) -> dict[str, ObsSpec]:
-        proprio = PROPRIO_DIM
+        proprio = sum(PROPRIO_PARTS[p] for p in self.cfg.proprio)
         critic = proprio + self.privileged().shape[1]
         spec = {
             "policy": ObsSpec((critic if self.cfg.state_policy else proprio,), "float32"),

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from unilab.registry import Registry
 from unilab.sim.indices import as_env_ids
-from unilab.tasks.base import EXPERT_STREAM, episode_rng
+from unilab.tasks.base import EXPERT_STREAM, PERTURB_STREAM, episode_rng
 from unilab.tasks.tabletop import TabletopTask, wrap_angle
 from unilab.tasks.tabletop_scene import CUBE_HALF
 
@@ -43,10 +43,13 @@ def register_expert(task_name: str) -> Callable[[ExpertT], ExpertT]:
     return decorator
 
 
-def make_expert(task: TabletopTask, seed: int = 0) -> ScriptedExpert:
-    """The scripted expert of task's registered name, its mode draws seeded by seed."""
+def make_expert(task: TabletopTask, seed: int = 0, action_noise: float = 0.0) -> ScriptedExpert:
+    """The scripted expert of task's registered name, its mode draws seeded by seed;
+    `action_noise` > 0 perturbs the actions it executes (see `ScriptedExpert.perturb`)."""
     cls = EXPERTS.get(task.cfg.name)
-    return cls(task, seed)
+    expert = cls(task, seed)
+    expert.set_action_noise(action_noise)
+    return expert
 
 
 def grasp_yaw(cube_yaw: np.ndarray, turn: np.ndarray) -> np.ndarray:
@@ -55,6 +58,12 @@ def grasp_yaw(cube_yaw: np.ndarray, turn: np.ndarray) -> np.ndarray:
     (pi/4 < |yaw| <= pi/2)."""
     other = np.where(cube_yaw >= 0, cube_yaw - np.pi / 2, cube_yaw + np.pi / 2)
     return np.where(turn == 0, cube_yaw, other)
+
+
+PERTURB_EVERY = 20.0
+"""Mean clean steps between two perturbation bursts of a collecting expert."""
+PERTURB_STEPS = 4
+"""Steps each perturbation burst lasts."""
 
 
 class ScriptedExpert:
@@ -73,6 +82,13 @@ class ScriptedExpert:
         """Control steps spent in the current phase."""
         self.speed = np.ones(n)
         """Per-episode fraction of the task's largest step the expert moves at."""
+        self.action_noise = 0.0
+        """Std of the perturbation `perturb` adds to executed motion actions (0: none)."""
+        self.perturbed: np.ndarray = np.zeros(n, dtype=bool)
+        """(n,) whether `perturb` changed each env's executed action at the last step."""
+        self._noise_rngs = [np.random.default_rng([seed, env]) for env in range(n)]
+        self._burst_left = np.zeros(n, dtype=np.int64)
+        self._burst_dir = np.zeros((n, task.action_dim - 1))
         self.reset()
 
     @property
@@ -100,6 +116,7 @@ class ScriptedExpert:
             shared = self.rng
             try:
                 for j, (env, seed) in enumerate(zip(ids.tolist(), per_env.tolist(), strict=True)):
+                    self._noise_rngs[env] = episode_rng(seed, PERTURB_STREAM)
                     self.rng = episode_rng(seed, EXPERT_STREAM)
                     self.reset([env], None if chosen is None else chosen[j : j + 1])
             finally:
@@ -117,11 +134,49 @@ class ScriptedExpert:
             self.mode[ids] = chosen
         self.phase[ids] = 0
         self.timer[ids] = 0
+        self._burst_left[ids] = 0
         self.speed[ids] = self.rng.uniform(0.6, 1.0, ids.size)
         self.on_reset(ids)
 
     def on_reset(self, ids: np.ndarray) -> None:
         """Per-episode plan of envs ids (after their modes are drawn)."""
+
+    def set_action_noise(self, std: float) -> None:
+        if not (np.isfinite(std) and std >= 0.0):
+            raise ValueError(f"action_noise must be a finite std >= 0, got {std}")
+        self.action_noise = float(std)
+
+    def perturb(self, actions: np.ndarray) -> np.ndarray:
+        """The actions to execute: `actions` with perturbation bursts on the motion axes
+        (setpoint and yaw; the gripper command is kept), clipped to [-1, 1]; `perturbed`
+        says which envs' executed actions differ this step.
+
+        Collecting with the perturbed actions executed and the clean ones recorded (DART,
+        Laskey et al. 2017) shows the learner how the expert recovers from drifts like
+        those its own imitation errors cause, instead of only the expert's narrow tube of
+        states. A burst (every `PERTURB_EVERY` steps on average, `PERTURB_STEPS` long) adds
+        one Gaussian direction of std `action_noise`: a steady drift, as an imitation error
+        is, then clean steps to recover. A chunk label is the expert's only up to the next
+        perturbed step: `FrameDataset` masks the rest (the `perturbed` column). With
+        `reset(seeds=...)` each env's noise comes from its episode's own stream, so an
+        episode still replays from its seed."""
+        if self.action_noise == 0.0:
+            self.perturbed[:] = False
+            return actions
+        axes = actions.shape[1] - 1
+        for env, rng in enumerate(self._noise_rngs):
+            # The same draws every step, burst or not: an episode's noise is its seed's.
+            start = rng.random() < 1.0 / PERTURB_EVERY
+            direction = rng.standard_normal(axes)
+            if start and self._burst_left[env] == 0:
+                self._burst_dir[env] = direction
+                self._burst_left[env] = PERTURB_STEPS
+        self.perturbed = self._burst_left > 0
+        self._burst_left[self.perturbed] -= 1
+        out = actions.copy()
+        drift = self.action_noise * self._burst_dir[self.perturbed]
+        out[self.perturbed, :axes] = np.clip(actions[self.perturbed, :axes] + drift, -1.0, 1.0)
+        return out
 
     def act(self) -> np.ndarray:
         """(n, 5) float32 actions for the current state; advances the phases."""

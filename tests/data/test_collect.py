@@ -12,7 +12,7 @@ import pytest
 
 from unilab.config import compose
 from unilab.config.errors import ConfigError
-from unilab.data import EpisodeStore, validate
+from unilab.data import EpisodeStore, SchemaMismatchError, validate
 from unilab.data.collect import MODE_FIELD, collect, replay_episode
 from unilab.tasks.experts import EXPERTS
 from unilab.tasks.instructions import Vocabulary
@@ -123,3 +123,38 @@ def test_resident_memory_stays_flat_over_a_collection(tmp_path: Path) -> None:
     for key in ("main_mib", "workers_mib"):
         growth = max(s[key] for s in late) - max(s[key] for s in early)
         assert growth < 16.0, (key, [round(s[key]) for s in samples])
+
+
+def test_perturbed_collection_records_clean_actions_and_replays(tmp_path: Path) -> None:
+    """action_noise: the executed actions carry bursts, the store keeps the expert's clean
+    actions and a `perturbed` column, the episode's tag names the noise, and the episode
+    replays from its seed with that noise."""
+    from unilab.data.collect import PERTURBED_FIELD
+
+    store = tmp_path / "dart.zarr"
+    cfg = compose(["task=arm_move_side", "task.cameras=[]"]).task
+    result = collect(
+        store, cfg, episodes=3, workers=1, envs_per_worker=3, action_noise=0.5, quiet=True
+    )
+    assert result.kept == 3
+    assert validate(store) == []
+    with EpisodeStore.open(store, "r") as st:
+        assert PERTURBED_FIELD in st.schema.user_fields
+        metas = st.all_meta()
+        flags = np.concatenate([st.episode(k)[PERTURBED_FIELD] for k in range(3)])
+        assert 0.02 < flags.mean() < 0.5
+        meta, frames = metas[0], st.episode(0)
+    assert meta.tags["action_noise"] == 0.5
+    again = replay_episode(cfg, int(meta.seed or 0), action_noise=0.5)
+    for name in ("action", "obs/policy", PERTURBED_FIELD):
+        np.testing.assert_array_equal(again[name], frames[name], err_msg=name)
+    clean = replay_episode(cfg, int(meta.seed or 0))
+    assert PERTURBED_FIELD not in clean
+    assert len(clean["action"]) != len(frames["action"]) or not np.array_equal(
+        clean["obs/policy"], frames["obs/policy"]
+    )
+    # A perturbed collection cannot append to a clean store (the schemas differ).
+    with pytest.raises(SchemaMismatchError, match="perturbed"):
+        collect(store, cfg, episodes=4, workers=1, envs_per_worker=1, quiet=True)
+    with pytest.raises(ConfigError, match="action_noise"):
+        collect(tmp_path / "bad.zarr", cfg, episodes=1, action_noise=-0.1, quiet=True)

@@ -188,3 +188,31 @@ def test_image_cache_stays_off_when_images_do_not_fit(filled_store: Path) -> Non
     with pytest.raises(ValueError, match="image_cache_bytes must be >= 0"):
         FrameDataset(filled_store, image_cache_bytes=-1)
     ds.close()
+
+
+def test_chunk_actions_after_a_perturbed_step_are_padding(tmp_path: Path) -> None:
+    """Stores collected with perturbations (`unilab collect action_noise=...`): action j of
+    a chunk from frame t is a label only while the executed actions t..t+j-1 were the
+    recorded ones; the perturbed step's own action still is one."""
+    from store_helpers import SMALL_CHUNKS
+
+    from unilab.data import FieldSpec, StoreSchema
+
+    schema = StoreSchema({**SMALL_CHUNKS, "perturbed": FieldSpec((), "bool")})
+    ep = dict(make_episode(1))  # 10 frames
+    n = len(ep["action"])
+    perturbed = np.zeros(n, bool)
+    perturbed[[3, 4, 8]] = True
+    ep["perturbed"] = perturbed
+    with EpisodeStore.create(tmp_path / "p.zarr", schema) as store:
+        store.append_episode(ep, {"fps": 10.0})
+    horizon = 4
+    ds = FrameDataset(tmp_path / "p.zarr", fields=["action"], action_horizon=horizon)
+    pad = ds.batch(np.arange(n))["action_is_pad"].numpy()
+    for t in range(n):
+        for j in range(horizon):
+            past_end = t + j >= n
+            after_perturbed = perturbed[t : t + j].any()
+            assert pad[t, j] == (past_end or after_perturbed), (t, j)
+    assert not pad[3, 0] and pad[3, 1]  # a perturbed frame keeps its own (clean) action
+    assert not pad[5].any() and pad[6, 3]  # 5, 6, 7 clean, 8 perturbed: 9 is not a label

@@ -107,3 +107,59 @@ def test_a_seeded_episode_does_not_depend_on_its_env_slot() -> None:
     np.testing.assert_array_equal(alone[1], among[1])
     assert alone[2] == among[2]
     assert not np.array_equal(alone[1][0], other[1][0])  # another seed: another start
+
+
+def _perturbed_run(num_envs: int, slot: int, seed: int, noise: float, steps: int = 60):
+    """Executed and recorded actions of env `slot` over `steps` steps, its episode seeded
+    `seed`, with perturbation bursts of std `noise`."""
+    cfg = compose(["task=arm_move_side", "task.cameras=[]"]).task
+    task = make_task(cfg, num_envs=num_envs, seed=100 + num_envs)
+    assert isinstance(task, TabletopTask)
+    task.episode_seeder = lambda ids: np.where(ids == slot, seed, 7_000 + ids)
+    task.reset()
+    expert = make_expert(task, seed=num_envs, action_noise=noise)
+    expert.reset(None, seeds=task.episode_seed)
+    executed, recorded, flags = [], [], []
+    for _ in range(steps):
+        action = expert.act()
+        run = expert.perturb(action)
+        executed.append(run[slot])
+        recorded.append(action[slot])
+        flags.append(expert.perturbed[slot])
+        task.step(run)
+    return np.stack(executed), np.stack(recorded), np.array(flags)
+
+
+def test_perturbation_bursts_move_the_arm_only_and_replay_from_the_seed() -> None:
+    executed, recorded, flags = _perturbed_run(1, 0, seed=5, noise=0.5, steps=120)
+    assert 0.05 < flags.mean() < 0.5  # bursts of 4 steps every ~20
+    differs = (executed != recorded).any(axis=1)
+    np.testing.assert_array_equal(differs & ~flags, np.zeros_like(flags))  # only when flagged
+    np.testing.assert_array_equal(executed[:, 4], recorded[:, 4])  # the gripper is kept
+    assert np.abs(executed).max() <= 1.0
+    # The same episode in another env slot among other episodes: the same noise.
+    again = _perturbed_run(4, 2, seed=5, noise=0.5, steps=120)
+    np.testing.assert_array_equal(again[0], executed)
+    np.testing.assert_array_equal(again[2], flags)
+    clean = _perturbed_run(1, 0, seed=5, noise=0.0, steps=10)
+    np.testing.assert_array_equal(clean[0], clean[1])
+    assert not clean[2].any()
+    with pytest.raises(ValueError, match="action_noise"):
+        make_expert(make_task(compose(["task=arm_move_side", "task.cameras=[]"]).task, 1), 0, -1.0)
+
+
+def test_the_expert_still_solves_episodes_under_perturbation() -> None:
+    cfg = compose(["task=arm_pick_place", "task.cameras=[]"]).task
+    task = make_task(cfg, num_envs=8, seed=3)
+    assert isinstance(task, TabletopTask)
+    task.reset()
+    expert = make_expert(task, seed=3, action_noise=0.5)
+    success: list[float] = []
+    hit = 0
+    while len(success) < 8:
+        result = task.step(expert.perturb(expert.act()))
+        hit += int(expert.perturbed.sum())
+        done = np.flatnonzero(result.terminated | result.truncated)
+        success += result.extras["success"][done].tolist()
+        expert.reset(done)
+    assert hit > 0 and np.mean(success) >= 0.75, success

@@ -135,3 +135,15 @@ def test_bad_configs_are_named() -> None:
         make("arm_stack", 1, 0, "task.image_size=4")
     with pytest.raises(ValueError, match="num_distractors=9 leaves too few colours"):
         make("arm_stack", 1, 0, "task.num_distractors=9")
+
+
+def test_proprioception_takes_the_named_parts_in_order() -> None:
+    full = make("arm_move_side", 2, 4, "task.cameras=[]")
+    part = make("arm_move_side", 2, 4, "task.cameras=[]", "task.proprio=[ee_pos,gripper]")
+    a, b = full.reset()["policy"], part.reset()["policy"]
+    assert part.observation_spec()["policy"].shape == (4,) and b.shape == (2, 4)
+    np.testing.assert_array_equal(b[:, :3], a[:, 15:18])  # ee_pos after 7 + 7 + 1
+    np.testing.assert_array_equal(b[:, 3], a[:, 14])  # the gripper opening
+    for bad in ("[ee_pos,nope]", "[ee_pos,ee_pos]", "[]"):
+        with pytest.raises(ValueError, match="proprio="):
+            make("arm_move_side", 1, 0, "task.cameras=[]", f"task.proprio={bad}")

@@ -1,7 +1,8 @@
 """`unilab collect`: scripted-expert demonstrations of a tabletop task into an episode store.
 
     unilab collect task=arm_pick_place episodes=200 store=demos.zarr [expert=scripted]
-                   [workers=2] [envs=16] [seed=0] [keep_failed=false] [task.* sim.* overrides]
+                   [workers=2] [envs=16] [seed=0] [keep_failed=false] [action_noise=0]
+                   [task.* sim.* overrides]
 
 `episodes` is how many episodes of the task the store should hold: the same command after
 an interruption (or on a store holding other tasks) collects only the rest.
@@ -26,6 +27,7 @@ OWN_KEYS = {
     "seed": int,
     "keep_failed": bool,
     "chunk_len": int,
+    "action_noise": float,
 }
 """The verb's own key=value settings (everything else is a config override)."""
 CONFIG_KEYS = ("task", "task.", "sim.", "runtime.max_ring_mb")
@@ -43,6 +45,11 @@ def _value(key: str, text: str) -> object:
             return int(text)
         except ValueError:
             raise ConfigError(f"{key}={text!r} must be an integer") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{key}={text!r} must be a number") from None
     return text
 
 
@@ -99,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
             chunk_len=int(own.get("chunk_len", 16)),  # type: ignore[call-overload]
             seed=int(own.get("seed", 0)),  # type: ignore[call-overload]
             keep_failed=bool(own.get("keep_failed", False)),
+            action_noise=float(own.get("action_noise", 0.0)),  # type: ignore[arg-type]
             max_ring_mb=cfg.runtime.max_ring_mb,
             quiet=args.quiet,
         )
@@ -137,7 +145,9 @@ VERBS = [
         "the expert's mode (metadata tags; every frame in the `mode` column). Settings: "
         "task=NAME, episodes=N, store=PATH, expert=scripted, workers=N (default: the usable "
         "cores), envs=N per worker (16), seed=S (first seed of a new store), keep_failed, "
-        "chunk_len, and task.*, sim.*, runtime.max_ring_mb config overrides.",
+        "chunk_len, action_noise=STD (execute the expert's actions plus Gaussian noise, "
+        "record the clean ones: demonstrations with recoveries, DART), and task.*, sim.*, "
+        "runtime.max_ring_mb config overrides.",
         order=20,
     )
 ]

@@ -51,6 +51,10 @@ from unilab.utils.progress import CollectProgress
 
 EXPERT_KINDS = ("scripted",)
 MODE_FIELD = "mode"
+PERTURBED_FIELD = "perturbed"
+"""Per-frame bool column of stores collected with `action_noise`: the executed action
+differed from the recorded (clean) one, so later actions of a chunk starting before it are
+not the expert's answer to an unperturbed state (`FrameDataset` masks them)."""
 """Per-frame column of the expert's mode (int32): ground truth for mode discovery; no
 learner reads it as an input."""
 STORED_GROUPS = ("policy", INSTRUCTION)
@@ -123,9 +127,11 @@ class _Plan:
     cameras: list[str]
 
 
-def store_schema(spec: dict[str, Any], action_dim: int) -> tuple[StoreSchema, dict[str, str]]:
+def store_schema(
+    spec: dict[str, Any], action_dim: int, perturbed: bool = False
+) -> tuple[StoreSchema, dict[str, str]]:
     """The store schema of a collection from a task's observation spec, and the ring field
-    each store field comes from."""
+    each store field comes from (`perturbed`: with the column of perturbed steps)."""
     user: dict[str, FieldSpec] = {}
     source: dict[str, str] = {}
     for group in (*STORED_GROUPS, *(g for g in spec if g.startswith(IMAGE_PREFIX))):
@@ -139,10 +145,15 @@ def store_schema(spec: dict[str, Any], action_dim: int) -> tuple[StoreSchema, di
     user["action"] = FieldSpec((action_dim,), "float32")
     user[MODE_FIELD] = FieldSpec((), "int32")
     source["action"], source[MODE_FIELD] = "action", "mode"
+    if perturbed:
+        user[PERTURBED_FIELD] = FieldSpec((), "bool")
+        source[PERTURBED_FIELD] = PERTURBED_FIELD
     return StoreSchema(user), source
 
 
-def _plan(task: TaskConfig | str, sim: SimConfig | None, seed: int) -> _Plan:
+def _plan(
+    task: TaskConfig | str, sim: SimConfig | None, seed: int, perturbed: bool = False
+) -> _Plan:
     from unilab.config.compose import compose
     from unilab.config.errors import ConfigError
     from unilab.tasks.experts import EXPERTS
@@ -164,7 +175,9 @@ def _plan(task: TaskConfig | str, sim: SimConfig | None, seed: int) -> _Plan:
         fields = observation_fields(spec, groups)
         fields.update(EPISODE_FIELDS)
         fields["action"] = ((probe.action_dim,), "float32")
-        schema, store_of = store_schema(dict(spec), probe.action_dim)
+        if perturbed:
+            fields[PERTURBED_FIELD] = ((), "bool")
+        schema, store_of = store_schema(dict(spec), probe.action_dim, perturbed)
         return _Plan(
             task_cfg,
             sim_cfg,
@@ -203,6 +216,7 @@ def collect(
     slots_per_worker: int = 2,
     seed: int = 0,
     keep_failed: bool = False,
+    action_noise: float = 0.0,
     max_ring_mb: float = 1024.0,
     commit_frames: int = 2048,
     hang_timeout_s: float = 10.0,
@@ -216,7 +230,9 @@ def collect(
     start-up lines (ring size, what is left to collect); default: the progress console.
     `max_attempts`: stop (with a note, `result.gave_up`) after this many finished episodes
     of this run, kept or not (default: 10 per episode to collect, at least 100), so a task
-    the expert rarely solves does not run forever."""
+    the expert rarely solves does not run forever. `action_noise` > 0: the expert executes
+    its actions plus Gaussian noise of that std and the store records the clean actions
+    (DART; `ScriptedExpert.perturb`), so the demonstrations show recoveries."""
     from unilab.config.errors import ConfigError
 
     if expert not in EXPERT_KINDS:
@@ -233,8 +249,12 @@ def collect(
             raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
     if seed < 0:
         raise ConfigError(f"seed={seed} must be >= 0")
+    if not (np.isfinite(action_noise) and 0.0 <= action_noise <= 1.0):
+        raise ConfigError(
+            f"action_noise={action_noise} must be a std in [0, 1] (action units; 0: off)"
+        )
     num_workers = workers or usable_cores()
-    plan = _plan(task, sim, seed)
+    plan = _plan(task, sim, seed, perturbed=action_noise > 0)
     size = ring_size(plan.fields, num_workers, envs_per_worker, chunk_len, slots_per_worker)
     check_ring_size(
         size, max_ring_mb, "max_ring_mb", "workers, envs_per_worker, chunk_len or the image size"
@@ -274,7 +294,9 @@ def collect(
                 say(result.notes[-1])
             remaining = episodes - existing
             attempts = max_attempts if max_attempts is not None else max(100, 10 * remaining)
-            run = _Collection(st, plan, result, size, keep_failed, commit_frames, bar, attempts)
+            run = _Collection(
+                st, plan, result, size, keep_failed, commit_frames, bar, attempts, action_noise
+            )
             run.run(
                 num_workers,
                 envs_per_worker,
@@ -301,8 +323,10 @@ class _Collection:
         commit_frames: int,
         bar: CollectProgress,
         max_attempts: int,
+        action_noise: float = 0.0,
     ) -> None:
         self.store = store
+        self.action_noise = action_noise
         self.max_attempts = max_attempts
         self.plan = plan
         self.result = result
@@ -353,6 +377,7 @@ class _Collection:
             "sim": OmegaConf.to_container(OmegaConf.structured(plan.sim_cfg)),
             "seed_start": result.seed_start,
             "num_workers": num_workers,
+            "action_noise": self.action_noise,
         }
         stop = StopSignal()
         restore = (
@@ -463,6 +488,7 @@ class _Collection:
                 "mode_name": plan.mode_names[mode],
                 "instruction_index": index,
                 "worker": worker,
+                "action_noise": self.action_noise,
             },
         )
 
@@ -552,9 +578,14 @@ class _Meter:
 
 
 def replay_episode(
-    task: TaskConfig | str, seed: int, *, sim: SimConfig | None = None
+    task: TaskConfig | str,
+    seed: int,
+    *,
+    sim: SimConfig | None = None,
+    action_noise: float = 0.0,
 ) -> dict[str, np.ndarray]:
-    """Run the episode with this seed again (one env, the scripted expert) and return its
+    """Run the episode with this seed again (one env, the scripted expert, perturbed by
+    `action_noise` as collected: the `action_noise` tag of the episode) and return its
     frames under the store's field names. Actions, proprioception, instruction and mode
     equal the collected episode's exactly; camera pixels too when it ran in the first env
     slot of its worker (in another tile of the shared framebuffer a few edge pixels round
@@ -570,10 +601,10 @@ def replay_episode(
         assert isinstance(env, TabletopTask)
         env.episode_seeder = lambda ids: np.full(len(ids), seed, dtype=np.int64)
         obs = env.reset()
-        expert = make_expert(env, seed=seed)
+        expert = make_expert(env, seed=seed, action_noise=action_noise)
         expert.reset(None, seeds=env.episode_seed)
         spec = env.observation_spec()
-        _, source = store_schema(dict(spec), env.action_dim)
+        _, source = store_schema(dict(spec), env.action_dim, perturbed=action_noise > 0)
         groups = {ring: g for g in spec if (ring := ring_field(g)) in source.values()}
         rows: dict[str, list[np.ndarray]] = {name: [] for name in source}
         for key in ("reward", "terminated", "truncated"):
@@ -582,8 +613,9 @@ def replay_episode(
             step = {ring_name: obs[g][0].copy() for ring_name, g in groups.items()}
             step["mode"] = expert.mode[0].astype(np.int32)
             action = expert.act()
-            result = env.step(action)
+            result = env.step(expert.perturb(action))
             step["action"] = action[0].copy()
+            step[PERTURBED_FIELD] = expert.perturbed[0].copy()
             for name, ring_name in source.items():
                 rows[name].append(step[ring_name])
             rows["reward"].append(result.reward[0])

@@ -8,7 +8,7 @@ run: worker w of W takes `seed_start + W * (GENERATION_STRIDE * generation + j) 
 its j-th episode, so a restarted worker (generation + 1) never repeats one.
 
 Frame t of an env in a chunk is what the store keeps: the observation the expert acted
-on, its action, the reward and end flags of the step, plus the episode's seed, mode and
+on, its action (the clean one where `action_noise` perturbs what is executed), the reward and end flags of the step, plus the episode's seed, mode and
 instruction index and the task's success flag at that step (the main process keeps or
 drops an episode by the success flag of its last frame).
 """
@@ -72,7 +72,7 @@ def collect_worker_main(ctx: WorkerContext) -> None:
     task.episode_seeder = SeedAllocator(
         ctx.config["seed_start"], ctx.config["num_workers"], ctx.worker_id, ctx.generation
     )
-    expert = make_expert(task, seed=ctx.seed)
+    expert = make_expert(task, seed=ctx.seed, action_noise=ctx.config.get("action_noise", 0.0))
     try:
         run_collect_worker(ctx, task, expert)
     finally:
@@ -111,8 +111,10 @@ def fill_chunk(
         out["mode"][t] = expert.mode
         out["instruction_index"][t] = task.instruction_index
         action = expert.act()
-        result = task.step(action)
+        result = task.step(expert.perturb(action))
         out["action"][t] = action
+        if "perturbed" in out:
+            out["perturbed"][t] = expert.perturbed
         out["reward"][t] = result.reward
         out["terminated"][t] = result.terminated
         out["truncated"][t] = result.truncated

@@ -2,7 +2,8 @@
 
 Items are dicts of tensors: every requested field at frame t, plus optionally
 - an action chunk of length H (`action`: (H, A)) with `action_is_pad` (H,) marking steps
-  past the episode's end (those repeat the last action, as LeRobot does), and
+  past the episode's end (those repeat the last action, as LeRobot does) and, in stores
+  collected with perturbations (a `perturbed` column), steps after a perturbed one, and
 - an n-step window: `nstep_reward` = Σ_j γ^j r_{t+j} over k = min(n, steps left) steps,
   `nstep_discount` = γ^k (0 when the episode terminated inside the window), `nstep_done`,
   `nstep_k`, `nstep_success` (it terminated inside the window and the episode's metadata
@@ -36,6 +37,9 @@ from torch.utils.data import Dataset
 
 from unilab.data.store import EpisodeStore
 
+PERTURBED_FIELD = "perturbed"
+"""Optional per-frame bool column: the executed action was perturbed (`unilab collect
+action_noise=...`); a chunk's actions after such a step are padding (`action_is_pad`)."""
 WEIGHT_FIELD = "weight"
 """Optional per-frame float column of learning weights (written by `unilab data curate`)."""
 
@@ -93,6 +97,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
             need.add(WEIGHT_FIELD)
         if action_horizon is not None:
             need.add("action")
+            if PERTURBED_FIELD in schema.fields:
+                need.add(PERTURBED_FIELD)
         if n_step is not None:
             need |= {"reward", *self.obs_fields}
         self._columns: dict[str, np.ndarray] = {
@@ -191,8 +197,15 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
             out[name] = self._gather(name, t)
         if self.action_horizon is not None:
             offs = t[:, None] + np.arange(self.action_horizon)[None, :]
-            out["action_is_pad"] = offs >= end[:, None]
-            out["action"] = self._gather("action", np.minimum(offs, end[:, None] - 1))
+            rows = np.minimum(offs, end[:, None] - 1)
+            pad = offs >= end[:, None]
+            if PERTURBED_FIELD in self._columns:
+                # Action j of the chunk answers the state the clean actions t..t+j-1 led to;
+                # after a perturbed step the rest were the expert's answer to other states.
+                hit = self._columns[PERTURBED_FIELD][rows] & ~pad
+                pad |= np.cumsum(hit, axis=1) - hit > 0
+            out["action_is_pad"] = pad
+            out["action"] = self._gather("action", rows)
         if self.n_step is not None:
             out.update(self._n_step(t, end))
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
