@@ -1,30 +1,36 @@
 """`unilab bench learn_vla`: imitation of a tabletop task from expert demonstrations, measured
 as in-simulation success.
 
-    unilab bench learn_vla --task arm_move_side --algo bc_flow --episodes 100 --budget-s 600 \\
-        --eval-episodes 50 --seeds 0,1,2 [--store demos.zarr] [key=value ...]
+    unilab bench learn_vla --task arm_move_side --algo bc_flow --episodes 200 --budget-s 1800 \\
+        --eval-episodes 100 --seeds 0,1,2 --jobs 2 [--store demos.zarr] [key=value ...]
 
 1. The store: `--store PATH` (e.g. written by `unilab collect`), else `--episodes` solved
-   episodes of the task's scripted expert are recorded into a temporary store
-   (`unilab.bench.expert_demos`) with the task config the overrides give (cameras, size).
-2. For each training seed, `unilab train` in this process (the real Runner and its offline
-   loop, `unilab.workflows.train`) on the task's preset plus the overrides, for
-   `--budget-s` seconds of wall time (`run.max_wall_s`) or `algo.steps`, whichever ends
-   first. A hook keeps a copy of the EMA policy at every checkpoint with the time since the
-   training started.
+   episodes of the task's scripted expert are collected into a temporary store by
+   `unilab.data.collect.collect` (what `unilab collect` runs), with perturbation bursts of
+   std `--action-noise` executed and the clean actions recorded (DART; 0: clean
+   demonstrations), with the task config the overrides give (cameras, size).
+2. For each training seed, `unilab train` (the real Runner and its offline loop,
+   `unilab.workflows.train`) on the task's preset plus the overrides, for `--budget-s`
+   seconds of wall time (`run.max_wall_s`) or `algo.steps`, whichever ends first. A hook
+   keeps a copy of the EMA policy at every checkpoint with the time since training started.
+   `--jobs N` trains N seeds at once, each in its own process with one torch thread (on a
+   2-core box, 2 jobs each get one core: the budget then holds on half the machine).
 3. Each kept policy is evaluated on `--curve-episodes` fresh episodes (one per env, chunked
-   execution, noise seeded) for the curve; the final one on `--eval-episodes` episodes per
-   evaluation seed, beside the zero-action baseline on the same episodes (a cube can end up
-   on its side by accident).
+   execution, noise seeded) for the curve; the final one on `--eval-episodes` episodes,
+   beside the zero-action baseline on the same episodes (a cube can end up on its side by
+   accident).
 
 Writes JSON (store, settings, per seed: steps, samples/s, held-out loss, the success curve,
 final success; `ratios`: mean/min final success and its gap over the baseline) and a PNG of
-success against training wall time.
+success against training wall time; by default to
+`bench/results/learn_vla_<task>_<algo>.{json,png}`.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -37,7 +43,6 @@ import torch
 
 from unilab.algos.build import make_task_and_policy
 from unilab.bench.common import machine_info, print_table, write_json
-from unilab.bench.expert_demos import write_expert_store
 from unilab.config.compose import compose
 from unilab.config.schema import Config
 from unilab.deploy.policy_source import ConstantBaseline
@@ -46,7 +51,7 @@ from unilab.train import Runner, TrainHook
 from unilab.utils.metrics import read_metrics
 from unilab.workflows.train import train
 
-DEFAULT_OUT = "bench/results/learn_vla.json"
+RESULTS = Path("bench/results")
 TARGET_SUCCESS = 0.8
 
 
@@ -131,6 +136,82 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
+    """One training seed: train, evaluate the snapshots (curve) and the final policy."""
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    seed = job["seed"]
+    cfg = compose(job["tokens"])
+    snaps = CheckpointSnapshots()
+    t0 = time.perf_counter()
+    run_dir = train(cfg, [snaps])
+    assert run_dir is not None  # one process: this is rank 0
+    train_wall = time.perf_counter() - t0
+    kept = [snaps.snapshots[k] for k in sorted(snaps.snapshots)]
+    curve = []
+    for snap in kept[:-1]:
+        rate = success(cfg, snap.weights, job["curve_episodes"], job["eval_seed"])
+        curve.append({"step": snap.step, "wall_s": snap.seen_s, "success": rate})
+        print(
+            f"seed {seed} step {snap.step:6d} {snap.seen_s:6.0f} s success {rate:.2f}", flush=True
+        )
+    final = kept[-1]
+    t_eval = time.perf_counter()
+    final_rate = success(cfg, final.weights, job["eval_episodes"], job["eval_seed"])
+    eval_s = time.perf_counter() - t_eval
+    baseline = success(cfg, None, job["eval_episodes"], job["eval_seed"])
+    curve.append({"step": final.step, "wall_s": final.seen_s, "success": final_rate})
+    print(f"seed {seed} final step {final.step} success {final_rate:.3f} (zero {baseline:.3f})")
+    rows = read_metrics(run_dir.metrics)
+    wall_of = {r["step"]: r["train/wall_s"] for r in rows if "train/wall_s" in r}
+    validation = [
+        {
+            "step": r["step"],
+            "wall_s": wall_of.get(r["step"], final.seen_s),
+            "val_loss": r["val/loss"],
+        }
+        for r in rows
+        if "val/loss" in r
+    ]
+    return {
+        "seed": seed,
+        "run_dir": str(run_dir.path),
+        "train_wall_s": train_wall,
+        "steps": final.step,
+        "summary": (run_dir.path / "summary.json").read_text(),
+        "curve": curve,
+        "validation": validation,
+        "final_success": final_rate,
+        "zero_action_success": baseline,
+        "final_eval_s": eval_s,
+    }
+
+
+def run_jobs(jobs: list[dict[str, Any]], parallel: int) -> list[dict[str, Any]]:
+    """Each job in this process (parallel 1) or in `parallel` spawned processes at once."""
+    if parallel <= 1:
+        return [train_and_evaluate(job) for job in jobs]
+    with mp.get_context("spawn").Pool(parallel, maxtasksperchild=1) as pool:
+        return pool.map(train_and_evaluate, jobs, chunksize=1)
+
+
+def collect_store(store: Path, task: str, episodes: int, noise: float, overrides: list[str]):
+    from unilab.data.collect import collect
+
+    cfg = compose([f"task={task}", *overrides])
+    result = collect(store, cfg.task, episodes, sim=cfg.sim, action_noise=noise, quiet=True)
+    doc = result.to_dict()
+    doc.update(
+        episodes=result.existing + result.kept,
+        expert_success=result.success_rate,
+        action_noise=noise,
+        image_size=getattr(cfg.task, "image_size", None),
+    )
+    for bulky in ("episode_ids", "rss"):
+        doc.pop(bulky, None)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="unilab bench learn_vla", description=__doc__.split("\n")[0]
@@ -138,18 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="arm_move_side")
     parser.add_argument("--algo", default="bc_flow", choices=["bc_flow", "bc_mse"])
     parser.add_argument("--store", help="episode store to train from (default: collect one)")
-    parser.add_argument("--episodes", type=int, default=100, help="expert episodes to collect")
-    parser.add_argument("--budget-s", type=float, default=600.0, help="training wall time")
-    parser.add_argument("--eval-episodes", type=int, default=50, help="final episodes per seed")
-    parser.add_argument("--curve-episodes", type=int, default=16, help="episodes per curve point")
+    parser.add_argument("--episodes", type=int, default=200, help="expert episodes to collect")
+    parser.add_argument(
+        "--action-noise",
+        type=float,
+        default=1.0,
+        help="std of the perturbation bursts while collecting (0: clean demonstrations)",
+    )
+    parser.add_argument("--budget-s", type=float, default=1800.0, help="training wall time")
+    parser.add_argument("--eval-episodes", type=int, default=100, help="final episodes per seed")
+    parser.add_argument("--curve-episodes", type=int, default=32, help="episodes per curve point")
     parser.add_argument("--seeds", default="0", help="training seeds, e.g. 0,1,2")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (processes)")
     parser.add_argument("--eval-seed", type=int, default=12345, help="seed of the eval episodes")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("--out", help="JSON output (default bench/results/learn_vla_<task>_<algo>)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.image_size=48")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if not seeds or min(args.episodes, args.eval_episodes, args.curve_episodes) < 1:
-        parser.error("need seeds and positive episode counts")
+    if not seeds or min(args.episodes, args.eval_episodes, args.curve_episodes, args.jobs) < 1:
+        parser.error("need seeds, positive episode counts and --jobs >= 1")
+    out_path = args.out or str(RESULTS / f"learn_vla_{args.task}_{args.algo}.json")
     machine = machine_info()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="learn_vla_"))
@@ -158,14 +247,16 @@ def main(argv: list[str] | None = None) -> int:
         store, collected = Path(args.store), None
     else:
         store = work / f"{args.task}.zarr"
-        report = write_expert_store(store, args.task, args.episodes, overrides=task_overrides)
-        collected = report.to_dict()
+        collected = collect_store(
+            store, args.task, args.episodes, args.action_noise, task_overrides
+        )
         print(
-            f"collected {report.episodes} expert episodes ({report.frames} frames) in "
-            f"{report.seconds:.0f} s",
+            f"collected {collected['episodes']} expert episodes ({collected['frames']} frames, "
+            f"action_noise {args.action_noise}) in {collected['seconds']:.0f} s",
             flush=True,
         )
-    runs: list[dict[str, Any]] = []
+    parallel = min(args.jobs, len(seeds))
+    jobs = []
     for seed in seeds:
         tokens = [
             f"task={args.task}",
@@ -177,58 +268,29 @@ def main(argv: list[str] | None = None) -> int:
             "run.play_episodes=0",
             "run.quiet=true",
             "eval.every=0",
+            *(["runtime.learner_threads=1"] if parallel > 1 else []),
             *args.overrides,
         ]
-        cfg = compose(tokens)
-        snaps = CheckpointSnapshots()
-        t0 = time.perf_counter()
-        run_dir = train(cfg, [snaps])
-        assert run_dir is not None  # one process: this is rank 0
-        train_wall = time.perf_counter() - t0
-        kept = [snaps.snapshots[k] for k in sorted(snaps.snapshots)]
-        curve = []
-        for snap in kept[:-1]:
-            rate = success(cfg, snap.weights, args.curve_episodes, args.eval_seed)
-            curve.append({"step": snap.step, "wall_s": snap.seen_s, "success": rate})
-            print(f"seed {seed} step {snap.step:6d} {snap.seen_s:6.0f} s success {rate:.2f}")
-        final = kept[-1]
-        t_eval = time.perf_counter()
-        final_rate = success(cfg, final.weights, args.eval_episodes, args.eval_seed)
-        eval_s = time.perf_counter() - t_eval
-        baseline = success(cfg, None, args.eval_episodes, args.eval_seed)
-        curve.append({"step": final.step, "wall_s": final.seen_s, "success": final_rate})
-        print(f"seed {seed} final step {final.step} success {final_rate:.3f} (zero {baseline:.3f})")
-        rows = read_metrics(run_dir.metrics)
-        wall_of = {r["step"]: r["train/wall_s"] for r in rows if "train/wall_s" in r}
-        validation = [
-            {
-                "step": r["step"],
-                "wall_s": wall_of.get(r["step"], final.seen_s),
-                "val_loss": r["val/loss"],
-            }
-            for r in rows
-            if "val/loss" in r
-        ]
-        summary = (run_dir.path / "summary.json").read_text()
-        runs.append(
+        jobs.append(
             {
                 "seed": seed,
-                "run_dir": str(run_dir.path),
-                "train_wall_s": train_wall,
-                "steps": final.step,
-                "summary": summary,
-                "curve": curve,
-                "validation": validation,
-                "final_success": final_rate,
-                "zero_action_success": baseline,
-                "final_eval_s": eval_s,
+                "tokens": tokens,
+                "threads": 1 if parallel > 1 else 0,
+                "curve_episodes": args.curve_episodes,
+                "eval_episodes": args.eval_episodes,
+                "eval_seed": args.eval_seed,
             }
         )
+    if parallel > 1:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # the spawned children render
+    runs = run_jobs(jobs, parallel)
+    cfg = compose(jobs[-1]["tokens"])
     finals = [r["final_success"] for r in runs]
     base = [r["zero_action_success"] for r in runs]
     cfg_doc = {
         "cameras": list(getattr(cfg.task, "cameras", [])),
         "image_size": getattr(cfg.task, "image_size", None),
+        "proprio": list(getattr(cfg.task, "proprio", [])),
         "model": {
             k: getattr(cfg.algo.model, k)
             for k in ("horizon", "num_steps", "n_act", "width", "prefix_layers", "expert_layers")
@@ -238,13 +300,15 @@ def main(argv: list[str] | None = None) -> int:
         "steps": cfg.algo.steps,
         "lr": cfg.algo.lr,
         "checkpoint_every": cfg.run.checkpoint_every,
+        "jobs": parallel,
+        "torch_threads_per_job": 1 if parallel > 1 else torch.get_num_threads(),
     }
     doc = {
         "benchmark": "learn_vla",
         "task": args.task,
         "algo": args.algo,
         "bench_command": "unilab bench learn_vla " + " ".join(argv or sys.argv[1:]),
-        "train_tokens": tokens,
+        "train_tokens": jobs[-1]["tokens"],
         "machine": machine,
         "store": str(store),
         "collected": collected,
@@ -259,12 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         "target": {"success_min": TARGET_SUCCESS},
         "ratios": {
             "final_success_mean": float(np.mean(finals)),
+            "final_success_std": float(np.std(finals)),
             "final_success_min": float(np.min(finals)),
             "success_over_zero_action": float(np.mean(finals) - np.mean(base)),
         },
         "bench_wall_s": time.perf_counter() - started,
     }
-    out = write_json(args.out, doc)
+    out = write_json(out_path, doc)
     plot(runs, out.with_suffix(".png"), f"{args.task}: {args.algo} from {store.name}")
     print_table(
         [

@@ -41,6 +41,12 @@ class VLAConfig:
     """Channels of the stride-2 conv stages of each camera's encoder."""
     image_tokens_side: int = 4
     """Each camera becomes side x side tokens (feature map average-pooled to this grid)."""
+    image_keypoints: int = 0
+    """Spatial soft-argmax keypoints per camera (0: none): K expected (x, y) positions of
+    learned features, one stage before the last, entering as `image_keypoint_tokens` more
+    tokens (precise positions the pooled grid lacks)."""
+    image_keypoint_tokens: int = 1
+    """Tokens the keypoints of one camera become (K must split evenly among them)."""
     n_tokens: int = 0
     """Discrete behaviour tokens (0: no token input). Index n_tokens is the null token."""
     token_dropout: float = 0.2
@@ -76,6 +82,16 @@ class VLAConfig:
             problems.append(f"image_channels must be positive widths, got {self.image_channels}")
         if self.image_tokens_side < 1:
             problems.append(f"image_tokens_side must be >= 1, got {self.image_tokens_side}")
+        if self.image_keypoints < 0 or self.image_keypoint_tokens < 1:
+            problems.append(
+                f"need image_keypoints >= 0 and image_keypoint_tokens >= 1, got "
+                f"{self.image_keypoints}, {self.image_keypoint_tokens}"
+            )
+        elif self.image_keypoints % self.image_keypoint_tokens:
+            problems.append(
+                f"image_keypoints {self.image_keypoints} must split evenly into "
+                f"image_keypoint_tokens {self.image_keypoint_tokens}"
+            )
         if self.n_tokens < 0:
             problems.append(f"n_tokens must be >= 0, got {self.n_tokens}")
         for name in ("token_dropout", "advantage_dropout"):

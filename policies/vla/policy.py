@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from unilab.policies.normalizer import RunningNormalizer
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
 from unilab.policies.vla.chunking import ChunkExecutor
 from unilab.policies.vla.config import VLAConfig, VLAInputs
@@ -26,7 +27,8 @@ from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sampl
 from unilab.policies.vla.flow_noise import Chain, NoiseHead, chain_log_prob, sample_chain
 from unilab.policies.vla.mse_head import GaussianChunkHead
 from unilab.policies.vla.normalize import ActionNormalizer
-from unilab.policies.vla.prefix import PrefixEncoder
+from unilab.policies.vla.prefix import Prefix, PrefixEncoder
+from unilab.policies.vla.state_head import StateHead
 from unilab.runtime.policy import ActionChunk
 from unilab.runtime.torch_policy import PolicyModule
 
@@ -38,7 +40,11 @@ class VLAPolicy(PolicyModule):
     """`Policy[torch.Tensor]` (`unilab.runtime.policy`) with action chunks of H = `horizon`:
     `act`/`act_inference` are the protocol; `sample` adds explicit noise and a generator."""
 
-    def __init__(self, inputs: VLAInputs, cfg: VLAConfig, head: str = "flow") -> None:
+    def __init__(
+        self, inputs: VLAInputs, cfg: VLAConfig, head: str = "flow", state_dim: int = 0
+    ) -> None:
+        """`state_dim` > 0 adds a `StateHead` predicting a training-time target of that
+        width (the privileged object state) from the prefix: an auxiliary loss only."""
         super().__init__()
         inputs.validate()
         cfg.validate()
@@ -63,6 +69,7 @@ class VLAPolicy(PolicyModule):
                 )
         else:
             self.gaussian = GaussianChunkHead(inputs.action_dim, cfg)
+        self.state_head = StateHead(cfg.width, state_dim) if state_dim else None
 
     @property
     def device(self) -> torch.device:
@@ -177,8 +184,20 @@ class VLAPolicy(PolicyModule):
         generator: torch.Generator | None = None,
     ) -> ExpertContext:
         """Encode the prefix once: the context every action-expert call reads."""
+        return self._head_context(self.encode(obs, drop, nulls, generator))
+
+    def encode(
+        self,
+        obs: Obs,
+        drop: bool = False,
+        nulls: Sequence[str] = (),
+        generator: torch.Generator | None = None,
+    ) -> Prefix:
+        """The fused prefix tokens of `obs` (conditions dropped / nulled as asked)."""
         n = next(iter(obs.values())).shape[0]
-        prefix = self.prefix(dict(obs), self.condition_rows(obs, n, drop, nulls, generator))
+        return self.prefix(dict(obs), self.condition_rows(obs, n, drop, nulls, generator))
+
+    def _head_context(self, prefix: Prefix) -> ExpertContext:
         head = self.expert if self.expert is not None else self._gaussian().regressor
         return head.context(prefix)
 
@@ -193,15 +212,16 @@ class VLAPolicy(PolicyModule):
 
     # -- training -------------------------------------------------------------------------
     @torch.no_grad()
-    def fit_normalizers(self, proprio: torch.Tensor | None, actions: torch.Tensor) -> None:
-        """Set the proprioception and action statistics from training data (rows, d)."""
+    def fit_normalizers(
+        self, proprio: torch.Tensor | None, actions: torch.Tensor, state: torch.Tensor | None = None
+    ) -> None:
+        """Set the proprioception, action (and state-head target) statistics from training
+        data (rows, d)."""
         if proprio is not None and self.inputs.proprio_dim:
-            norm = self.prefix.proprio_norm
-            norm.mean.zero_()
-            norm.var.fill_(1.0)
-            norm.count.zero_()
-            norm.update(proprio.to(norm.mean.device, torch.float32))
+            refit(self.prefix.proprio_norm, proprio)
         self.action_norm.fit(actions.to(self.device, torch.float32))
+        if state is not None and self.state_head is not None:
+            refit(self.state_head.target_norm, state)
 
     def loss(
         self,
@@ -210,10 +230,28 @@ class VLAPolicy(PolicyModule):
         is_pad: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         drop_conditions: bool = True,
+        state: torch.Tensor | None = None,
+        state_weight: float = 0.0,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Training loss on chunks `actions` (N, H, A) in task units; padded rows (`is_pad`
         (N, H) True) do not count. Conditions are dropped to null at their dropout rates
-        (`drop_conditions`). -> (scalar loss, detached metrics)."""
+        (`drop_conditions`). With a state head and `state` (N, d), adds `state_weight` x its
+        error (normalized units). -> (scalar loss, detached metrics)."""
+        prefix = self.encode(obs, drop=drop_conditions and self.training, generator=generator)
+        loss, metrics = self._action_loss(prefix, actions, is_pad, generator)
+        if state is not None and self.state_head is not None:
+            state_loss = self.state_head.loss(prefix, state)
+            metrics["state_loss"] = state_loss.detach()
+            loss = loss + state_weight * state_loss
+        return loss, metrics
+
+    def _action_loss(
+        self,
+        prefix: Prefix,
+        actions: torch.Tensor,
+        is_pad: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         target = self.action_norm.normalize(actions.to(torch.float32))
         n = target.shape[0]
         keep = (
@@ -223,7 +261,7 @@ class VLAPolicy(PolicyModule):
         )
         weight = keep[..., None].expand_as(target)
         denom = weight.sum().clamp_min(1.0)
-        ctx = self.context(obs, drop=drop_conditions and self.training, generator=generator)
+        ctx = self._head_context(prefix)
         if self.expert is not None:
             noise = torch.randn(target.shape, generator=generator, device="cpu").to(target.device)
             t = sample_time(n, target.device, generator)
@@ -412,6 +450,15 @@ class VLAPolicy(PolicyModule):
             self.cfg.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
         )
+
+
+@torch.no_grad()
+def refit(norm: RunningNormalizer, rows: torch.Tensor) -> None:
+    """Reset a `RunningNormalizer` and fit it to `rows` (n, d)."""
+    norm.mean.zero_()
+    norm.var.fill_(1.0)
+    norm.count.zero_()
+    norm.update(rows.to(norm.mean.device, torch.float32))
 
 
 def count_parameters(module: nn.Module) -> dict[str, Any]:

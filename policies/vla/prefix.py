@@ -38,7 +38,15 @@ class PrefixEncoder(nn.Module):
         self.cameras = list(inputs.cameras)
         self.images = nn.ModuleDict(
             {
-                cam: ImageEncoder(h, wd, cfg.image_channels, cfg.image_tokens_side, w)
+                cam: ImageEncoder(
+                    h,
+                    wd,
+                    cfg.image_channels,
+                    cfg.image_tokens_side,
+                    w,
+                    cfg.image_keypoints,
+                    cfg.image_keypoint_tokens,
+                )
                 for cam, (h, wd) in inputs.cameras.items()
             }
         )

@@ -164,3 +164,66 @@ def test_flow_covers_both_modes_tokens_pick_one_and_mse_averages(toy_store: Path
     averaged = mode_fractions(mean)
     assert averaged["between"] > 0.9, averaged
     ds.close()
+
+
+def test_state_head_learns_the_privileged_state_and_stays_out_of_the_action_path(
+    tmp_path: Path,
+) -> None:
+    """algo.state_weight > 0: a head regresses the store's `obs/critic` from the prefix (an
+    auxiliary loss that falls with training); actions do not depend on it, the actor built
+    for play/eval has the same head so checkpoints load, and a store without the field is
+    refused by name."""
+    from unilab.algos.build import build_policy
+    from unilab.bench.vla_toy import toy_episode, toy_schema
+    from unilab.data import EpisodeStore, FieldSpec, StoreSchema
+
+    rng = np.random.default_rng(0)
+    base = toy_schema()
+    schema = StoreSchema({**base.fields, "obs/critic": FieldSpec((2,), "float32")})
+    with EpisodeStore.create(tmp_path / "s.zarr", schema) as store:
+        for k in range(12):
+            ep = toy_episode(rng, 16, 16, k % 2)
+            phase = np.arange(16, dtype=np.float32) / 16  # where the bar is in the image
+            ep["obs/critic"] = np.stack([phase, 1 - 2 * phase], axis=1)
+            store.append_episode(ep, {"task": "toy_two_mode", "fps": 10.0})
+    shapes = {**SHAPES, "critic": (2,)}
+    cfg = BCFlowConfig(
+        model=tiny_model(), steps=80, batch_size=32, lr=3e-3, warmup_steps=5, val_every=80,
+        vocab_size=len(VOCABULARY), state_weight=1.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    learner = BCFlow(cfg, shapes, 2, torch.device("cpu"))
+    assert learner.state_dim == 2 and learner.required_fields()["obs/critic"] == (2,)
+    ds = FrameDataset(tmp_path / "s.zarr", action_horizon=H)
+    result = train_offline(learner, ds, seed=0)
+    state_losses = [h["state_loss"] for h in result.history if "state_loss" in h]
+    assert state_losses[-1] < 0.3 * state_losses[0]
+    # Acting never touches the head: the same actions with its weights scrambled.
+    obs = learner.observations(ds.batch(np.arange(4)), augment=False)
+    noise = torch.randn(4, H, 2)
+    before = learner.actor.sample(obs, noise=noise)[0]
+    assert learner.actor.state_head is not None
+    with torch.no_grad():
+        for p in learner.actor.state_head.parameters():
+            p.add_(1.0)
+    torch.testing.assert_close(learner.actor.sample(obs, noise=noise)[0], before)
+
+    from types import SimpleNamespace
+
+    task_shapes = SimpleNamespace(
+        obs_shapes={
+            "policy": (4,),
+            "images/front": (16, 16, 3),
+            "instruction": (6,),
+            "critic": (2,),
+        },
+        obs_dims={"policy": 4, "critic": 2},
+        action_dim=2,
+    )
+    actor = build_policy(cfg, task_shapes, learner.actor.state_dict())
+    assert actor.state_head is not None  # the weights loaded strictly
+    without = FrameDataset(tmp_path / "s.zarr", action_horizon=H, fields=list(base.names))
+    with pytest.raises(KeyError, match="obs/critic"):
+        learner.update(without.batch(np.arange(4)))
+    plain = BCFlow(BCFlowConfig(model=tiny_model(), vocab_size=5), shapes, 2, torch.device("cpu"))
+    assert plain.state_dim == 0 and plain.policy.state_head is None

@@ -60,14 +60,18 @@ def test_learn_vla_collects_trains_and_evaluates_on_a_tiny_budget(tmp_path: Path
         "algo.model.expert_layers=1",
     ]
     args = ["--episodes", "3", "--eval-episodes", "2", "--curve-episodes", "2"]
+    args += ["--action-noise", "0.5", "--seeds", "0,1", "--jobs", "2"]
     assert learn_vla.main([*args, "--budget-s", "60", "--out", str(out), *tiny]) == 0
     doc = json.loads(out.read_text())
     assert doc["collected"]["episodes"] == 3 and doc["config"]["image_size"] == 16
-    (run,) = doc["runs"]
-    assert [c["step"] for c in run["curve"]] == [4, 8]
-    assert 0.0 <= run["final_success"] <= 1.0 and 0.0 <= run["zero_action_success"] <= 1.0
+    assert doc["collected"]["action_noise"] == 0.5 and doc["config"]["jobs"] == 2
+    assert [r["seed"] for r in doc["runs"]] == [0, 1]
+    for run in doc["runs"]:
+        assert [c["step"] for c in run["curve"]] == [4, 8]
+        assert 0.0 <= run["final_success"] <= 1.0 and 0.0 <= run["zero_action_success"] <= 1.0
     assert set(doc["ratios"]) == {
         "final_success_mean",
+        "final_success_std",
         "final_success_min",
         "success_over_zero_action",
     }

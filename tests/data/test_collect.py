@@ -36,7 +36,8 @@ def test_collected_episodes_carry_seed_mode_and_instruction(demos: Path) -> None
     with EpisodeStore.open(demos, "r") as store:
         assert len(store) == 5
         assert set(store.schema.user_fields) == {
-            "obs/policy", "obs/instruction", "images/front", "images/wrist", "action", MODE_FIELD
+            "obs/policy", "obs/critic", "obs/instruction", "images/front", "images/wrist",
+            "action", MODE_FIELD,
         }  # fmt: skip
         assert store.schema.fields["images/front"].shape == (64, 64, 3)
         metas = store.all_meta()
@@ -60,7 +61,14 @@ def test_an_episode_replays_from_its_seed(demos: Path) -> None:
         for k in (0, 3):  # collected in some worker's env slot; replayed in a 1-env task
             stored = store.episode(k)
             again = replay_episode(TASK, int(metas[k].seed or 0))
-            for name in ("action", "obs/policy", "obs/instruction", MODE_FIELD, "reward"):
+            for name in (
+                "action",
+                "obs/policy",
+                "obs/critic",
+                "obs/instruction",
+                MODE_FIELD,
+                "reward",
+            ):
                 np.testing.assert_array_equal(again[name], stored[name], err_msg=name)
             # Pixels: the same state draws the same bytes in the same tile of the shared
             # framebuffer; in another tile a few edge pixels round the other way (llvmpipe).

@@ -78,6 +78,12 @@ class BCConfig(AlgoConfig):
     """Store field of the behaviour token (read when model.n_tokens > 0)."""
     advantage_field: str = ""
     """Store field of the advantage indicator (read when model.advantage; '' = null)."""
+    state_weight: float = checked(0.0, ge=0.0)
+    """Weight of the auxiliary loss that predicts the privileged object state from the
+    prefix (`policies/vla/state_head.py`); 0: no state head. Needs `state_field` in the
+    store (`unilab collect` stores the task's `critic` group as `obs/critic`)."""
+    state_field: str = "obs/critic"
+    """Store field of the state-head target (the task's `critic` observation group)."""
 
     def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
         """Called by `compose`: the vocabulary size comes from the task's own words."""
@@ -131,6 +137,16 @@ def inputs_from_shapes(
     )
 
 
+def state_dim_of(cfg: BCConfig, obs_dims: Mapping[str, Any]) -> int:
+    """Width of the state head's target: the task's `critic` group when `state_weight` > 0
+    (0: no state head)."""
+    if cfg.state_weight <= 0 or "critic" not in obs_dims:
+        return 0
+    dims = obs_dims["critic"]
+    dims = getattr(dims, "shape", dims)
+    return int(dims) if isinstance(dims, int) else int(next(iter(dims)))
+
+
 class BehaviorCloning(Algorithm):
     """Offline imitation of action chunks (base of bc_flow and bc_mse)."""
 
@@ -154,7 +170,8 @@ class BehaviorCloning(Algorithm):
         super().__init__(cfg, obs_widths, action_dim, device)
         self.cfg: BCConfig = cfg
         self.inputs = inputs or inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
-        self.policy = VLAPolicy(self.inputs, cfg.model, self.head).to(device)
+        self.state_dim = state_dim_of(cfg, obs_dims)
+        self.policy = VLAPolicy(self.inputs, cfg.model, self.head, self.state_dim).to(device)
         self.actor: VLAPolicy = copy.deepcopy(self.policy).requires_grad_(False).eval()
         decay: list[torch.Tensor] = []
         no_decay: list[torch.Tensor] = []
@@ -178,7 +195,7 @@ class BehaviorCloning(Algorithm):
     @classmethod
     def build_actor(cls, cfg: Any, obs_dims: Mapping[str, Any], action_dim: int) -> VLAPolicy:
         inputs = inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
-        return VLAPolicy(inputs, cfg.model, cls.head)
+        return VLAPolicy(inputs, cfg.model, cls.head, state_dim_of(cfg, obs_dims))
 
     def seed(self, seed: int) -> None:
         """Seed the learner's own random stream (noise, times, dropout, augmentation)."""
@@ -222,6 +239,8 @@ class BehaviorCloning(Algorithm):
             else:
                 shapes[name] = ()
         shapes["action"] = (self.cfg.model.horizon, spec.action_dim)
+        if self.state_dim:
+            shapes[self.cfg.state_field] = (self.state_dim,)
         return shapes
 
     def observations(
@@ -264,6 +283,18 @@ class BehaviorCloning(Algorithm):
         )
         return actions, is_pad
 
+    def _state(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """The state-head target of a batch (None without a state head)."""
+        if not self.state_dim:
+            return None
+        name = self.cfg.state_field
+        if name not in batch:
+            raise KeyError(
+                f"the batch has no field {name!r} (algo.state_weight > 0 needs the privileged "
+                f"state); it has {sorted(batch)}. Set algo.state_weight=0 or algo.state_field"
+            )
+        return batch[name].to(self.device, torch.float32)
+
     # -- learning -----------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None:
@@ -272,7 +303,7 @@ class BehaviorCloning(Algorithm):
         proprio = None
         if self.inputs.proprio_dim:
             proprio = batch[self.cfg.proprio_field].to(self.device, torch.float32)
-        self.policy.fit_normalizers(proprio, actions[~is_pad])
+        self.policy.fit_normalizers(proprio, actions[~is_pad], self._state(batch))
         self.actor.load_state_dict(self.policy.state_dict())
 
     def learning_rate(self, step: int) -> float:
@@ -289,7 +320,14 @@ class BehaviorCloning(Algorithm):
         self.policy.train()
         actions, is_pad = self._chunks(batch)
         obs = self.observations(batch, augment=True)
-        loss, metrics = self.policy.loss(obs, actions, is_pad, self.generator)
+        loss, metrics = self.policy.loss(
+            obs,
+            actions,
+            is_pad,
+            self.generator,
+            state=self._state(batch),
+            state_weight=self.cfg.state_weight,
+        )
         lr = self.learning_rate(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr

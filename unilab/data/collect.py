@@ -57,8 +57,10 @@ differed from the recorded (clean) one, so later actions of a chunk starting bef
 not the expert's answer to an unperturbed state (`FrameDataset` masks them)."""
 """Per-frame column of the expert's mode (int32): ground truth for mode discovery; no
 learner reads it as an input."""
-STORED_GROUPS = ("policy", INSTRUCTION)
-"""Observation groups stored (as `obs/<group>`) besides the cameras (`images/<cam>`)."""
+STORED_GROUPS = ("policy", "critic", INSTRUCTION)
+"""Observation groups stored (as `obs/<group>`) besides the cameras (`images/<cam>`).
+`critic` (proprioception + the privileged object state) is never a policy input; learners
+use it as a training-time target (`algo.state_weight`) or a critic's input."""
 IMAGE_CHUNK_BYTES = 1024 * 1024
 """Camera chunks of ~1 MiB (85 frames at 64 px): appends and whole-episode reads cost
 per chunk, so 4x the store's default (256 KiB) halves the append cost and cuts sequential
