@@ -24,6 +24,10 @@ class CartpoleBalanceConfig(TaskConfig):
     """The episode terminates when |cart position| exceeds this (m)."""
     init_angle: float = 0.15
     """Initial pole angle is uniform in [-init_angle, init_angle] (rad)."""
+    init_angle_bins: int = 1
+    """Reset bins: |initial pole angle| in [0, init_angle] cut into this many equal bands
+    (the sign stays random), so bins differ in difficulty; `runtime.allocation` chooses
+    how often each starts. 1: one band, no bins."""
 
 
 @register_task("cartpole_balance", CartpoleBalanceConfig)
@@ -45,8 +49,21 @@ class CartpoleBalance(Task):
     cfg: CartpoleBalanceConfig
 
     def __init__(self, cfg: CartpoleBalanceConfig, **kwargs: object) -> None:
+        if cfg.init_angle_bins < 1:
+            raise ValueError(
+                f"task {cfg.name!r}: init_angle_bins={cfg.init_angle_bins} must be >= 1"
+            )
+        if not 0 <= cfg.init_angle < cfg.max_pole_angle:
+            raise ValueError(
+                f"task {cfg.name!r}: init_angle={cfg.init_angle} must be in [0, "
+                f"max_pole_angle={cfg.max_pole_angle}) or episodes start fallen"
+            )
         self.action_dim = 1
         super().__init__(cfg, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def num_reset_bins(self) -> int:
+        return self.cfg.init_angle_bins
 
     def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
         return actions.astype(np.float64)
@@ -82,9 +99,20 @@ class CartpoleBalance(Task):
         n = len(ids)
         qpos = np.zeros((n, 2))
         qpos[:, 0] = self.rng.uniform(-0.2, 0.2, n)
-        qpos[:, 1] = self.rng.uniform(-self.cfg.init_angle, self.cfg.init_angle, n)
+        if self.num_reset_bins > 1:
+            band = self.cfg.init_angle / self.num_reset_bins
+            low = self.episode_bin[ids] * band
+            size = self.rng.uniform(low, low + band)
+            qpos[:, 1] = np.where(self.rng.random(n) < 0.5, -size, size)
+        else:
+            qpos[:, 1] = self.rng.uniform(-self.cfg.init_angle, self.cfg.init_angle, n)
         qvel = self.rng.uniform(-0.05, 0.05, (n, 2))
         self.sim.reset(ids, qpos=qpos, qvel=qvel)
 
     def task_metrics(self) -> dict[str, np.ndarray]:
-        return {"pole_angle_abs": np.abs(self.sim.qpos[:, 1])}
+        q = self.sim.qpos
+        # Scored at an episode's last step: 1 when it ran to the time limit balanced.
+        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (
+            np.abs(q[:, 0]) <= self.cfg.max_cart_pos
+        )
+        return {"pole_angle_abs": np.abs(q[:, 1]), "success": upright.astype(np.float32)}

@@ -35,7 +35,10 @@ def test_eval_cli_writes_a_report_that_follows_the_schema(
     assert report["schema"] == SCHEMA and report["policy"] == "trained"
     assert report["seeds"] == [0, 1, 2] and report["num_episodes"] == 12
     assert [s["seed"] for s in report["per_seed"]] == [0, 1, 2]
-    assert report["success_rate"] is None  # cart-pole reports no `success` metric
+    # Cart-pole's success: balanced until the time limit, i.e. no termination reason.
+    for episode in report["episodes"]:
+        fell = {"pole_fell", "cart_out"} & set(episode["reasons"])
+        assert episode["success"] == (not fell), episode
     # Every episode ends by time-out or a termination reason, and the counts add up.
     assert sum(report["termination_reasons"].values()) >= report["num_episodes"]
     assert report["length"]["max"] <= 500

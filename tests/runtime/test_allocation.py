@@ -104,6 +104,25 @@ def test_arm_reach_draws_targets_in_the_allocated_cells() -> None:
         make_task(ArmReachConfig(target_bins=[2, 0, 1]), num_envs=1)
 
 
+def test_cartpole_starts_each_bin_in_its_band_of_pole_angles() -> None:
+    from unilab.tasks.cartpole_balance import CartpoleBalanceConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = CartpoleBalanceConfig(init_angle=0.4, init_angle_bins=4)
+    task = make_task(cfg, num_envs=64, seed=0)
+    assert task.num_reset_bins == 4
+    for k in range(4):
+        task.bin_probs = np.eye(4, dtype=np.float32)[k]
+        task.reset()
+        angle = np.abs(task.sim.qpos[:, 1])
+        assert (angle >= 0.1 * k).all() and (angle <= 0.1 * (k + 1)).all()
+        assert (task.sim.qpos[:, 1] < 0).any() and (task.sim.qpos[:, 1] > 0).any()
+    with pytest.raises(ValueError, match="init_angle_bins"):
+        make_task(CartpoleBalanceConfig(init_angle_bins=0), num_envs=1)
+    with pytest.raises(ValueError, match="max_pole_angle"):
+        make_task(CartpoleBalanceConfig(init_angle=0.7), num_envs=1)
+
+
 def test_a_task_without_bins_draws_nothing() -> None:
     from unilab.tasks.arm_reach import ArmReachConfig
     from unilab.tasks.registry import make_task

@@ -34,6 +34,24 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="the trained policy, or a zero / uniform random baseline",
     )
     execution_arguments(p)
+    p.add_argument(
+        "--save-failures",
+        metavar="DIR",
+        help="save the env state about --before-s seconds before each failed episode's end "
+        "into DIR (.npz files and index.json), for --from-states or a recovery demonstration",
+    )
+    p.add_argument(
+        "--before-s",
+        type=float,
+        default=1.0,
+        help="how long before a failure its state is saved (s; default 1.0)",
+    )
+    p.add_argument(
+        "--from-states",
+        metavar="PATH",
+        help="start every env from stored env states (a directory --save-failures wrote, or "
+        "one .npz) instead of a reset: a targeted evaluation",
+    )
     p.add_argument("--out", help="write the JSON here instead of to stdout")
     add_overrides(p, target="RUN")
 
@@ -47,6 +65,16 @@ def _run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     meta = policy.metadata
     task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
+    if args.before_s < 0:
+        raise ConfigError(f"--before-s {args.before_s} must be >= 0 seconds")
+    states = None
+    if args.from_states:
+        from unilab.deploy.failure_states import load_states
+
+        try:
+            states = load_states(args.from_states)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--from-states {args.from_states}: {err}") from None
     report = evaluate(
         policy,
         task_cfg,
@@ -54,6 +82,10 @@ def _run(args: argparse.Namespace) -> int:
         episodes=positive(args.episodes, "--episodes"),
         seeds=seeds,
         kind=args.policy,
+        save_failures=args.save_failures,
+        before_s=args.before_s,
+        start_states=states,
+        start_source=args.from_states or "",
         **execution_options(args),  # type: ignore[arg-type]
     )
     text = json.dumps(report, indent=2) + "\n"
@@ -67,6 +99,9 @@ def _run(args: argparse.Namespace) -> int:
         + "".join(f"; {k} {v:.4g}" for k, v in report.get("metrics", {}).items()),
         file=sys.stderr,
     )
+    if "failure_states" in report:
+        saved = report["failure_states"]
+        print(f"failure states: {saved['count']} in {saved['dir']}", file=sys.stderr)
     if args.out:
         from unilab.utils.atomic import atomic_write_text
 

@@ -28,6 +28,11 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
     execution         (optional, chunked policies) {"n_act", "ensemble_decay",
                       "noise_seed": "seed"}: how chunks were executed; the flow's noise of
                       each seed's episodes is drawn from that seed
+    failure_states    (optional, --save-failures) {"dir", "before_s", "count"}: env states
+                      saved about before_s seconds before each failed episode ended
+                      (unilab.deploy.failure_states; index.json in dir lists them)
+    start_states      (optional, --from-states) {"source", "count"}: every env started from
+                      a stored state (env i from state i mod count) instead of a reset
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +49,7 @@ import numpy as np
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.policy_source import LoadedPolicy, baseline_policy
 from unilab.runtime.rollout import SUCCESS_METRIC, rollout
+from unilab.tasks.base import EnvState
 
 SCHEMA = "unilab.eval/1"
 __all__ = ["SCHEMA", "SUCCESS_METRIC", "EvalSchemaError", "evaluate", "validate_report"]
@@ -62,9 +69,19 @@ def evaluate(
     kind: str = "trained",
     n_act: int | None = None,
     ensemble_decay: float | None = None,
+    save_failures: str | Path | None = None,
+    before_s: float = 1.0,
+    start_states: Sequence[EnvState] | None = None,
+    start_source: str = "",
 ) -> dict[str, Any]:
     """Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
-    ensembling (default: the policy's own settings); the noise seed is the task seed."""
+    ensembling (default: the policy's own settings); the noise seed is the task seed.
+
+    `save_failures`: a directory for the env state about `before_s` seconds before each
+    failed episode's end. `start_states`: start env i from state i mod len(start_states)
+    (saved by a task of the same config) instead of a fresh reset: a targeted evaluation.
+    """
+    from unilab.deploy.failure_states import FailureStateRecorder, restore_states, write_index
     from unilab.runtime.torch_policy import own_executor
     from unilab.tasks.registry import make_task
 
@@ -73,12 +90,24 @@ def evaluate(
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     t0 = time.perf_counter()
+    if start_states is not None and not start_states:
+        raise ValueError("start_states is empty: give at least one env state")
     rows: list[dict[str, Any]] = []
+    saved: list[dict[str, Any]] = []
     has_success = False
     for seed in seeds:
         chosen = baseline_policy(kind, policy, seed).policy
         task = make_task(task_cfg, num_envs=episodes, seed=int(seed), sim_cfg=sim_cfg)
         chunked = own_executor(chosen) is not None
+        recorder = (
+            FailureStateRecorder(task, save_failures, int(seed), before_s)
+            if save_failures is not None
+            else None
+        )
+        obs = None
+        if start_states is not None:
+            task.reset()
+            obs = restore_states(task, list(start_states))
         result = rollout(
             task,
             chosen,
@@ -88,7 +117,12 @@ def evaluate(
             n_act=n_act if chunked else None,
             ensemble_decay=ensemble_decay if chunked else None,
             noise_seed=int(seed),
+            on_step=recorder,
+            obs=obs,
         )
+        if recorder is not None:
+            saved.extend(recorder.written)
+        task.close()
         has_success = has_success or result.has_success
         rows.extend({"seed": int(seed), **e.to_dict()} for e in result.episodes)
     report: dict[str, Any] = {
@@ -106,6 +140,19 @@ def evaluate(
         "episodes": rows,
         "wall_s": time.perf_counter() - t0,
     }
+    if save_failures is not None:
+        write_index(
+            save_failures,
+            saved,
+            {"task": task_cfg.name, "source": policy.source, "policy": kind, "before_s": before_s},
+        )
+        report["failure_states"] = {
+            "dir": str(save_failures),
+            "before_s": float(before_s),
+            "count": len(saved),
+        }
+    if start_states is not None:
+        report["start_states"] = {"source": start_source, "count": len(start_states)}
     executor = own_executor(policy.policy) if kind == "trained" else None
     if executor is not None:
         probe = executor.executor(1, n_act=n_act, ensemble_decay=ensemble_decay)
