@@ -28,6 +28,7 @@ COMMANDS = {
     "scaling": "unilab bench scaling",
     "learn_ant": "unilab bench learn_ant --minutes 4",
     "learn_arm_reach": "unilab bench learn_arm_reach",
+    "learn_arm_lift": "unilab bench learn_arm_lift",
     "learn_quadruped": "unilab bench learn_quadruped --minutes 20",
     "render": "unilab bench render",
     "experts": "unilab bench experts",

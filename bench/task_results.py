@@ -35,6 +35,7 @@ Summary = Callable[[dict[str, Any]], str]
 # else: learn_quadruped.json trains forward-only commands).
 TASK_RESULTS: dict[str, tuple[str, tuple[str, ...], Summary]] = {
     "arm_reach": ("learn_arm_reach", ("learn_arm_reach.json",), _success),
+    "arm_lift_cube": ("learn_arm_lift", ("learn_arm_lift.json",), _success),
     "quadruped_joystick_flat": (
         "learn_quadruped",
         ("learn_quadruped.full_commands.json",),

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "e2e": "time to a target return: unilab async, sync, Stable-Baselines3",
     "scaling": "env steps/s against workers, envs per worker and threads",
     "learn_arm_reach": "arm_reach with PPO: wall time to 95 % evaluated success",
+    "learn_arm_lift": "arm_lift_cube with PPO: wall time to 90 % evaluated lift success",
     "learn_quadruped": "quadruped_joystick_flat: velocity error at 0.5 m/s after a time budget",
     "learn_ant": "gymnasium ant.xml via the mjcf task: PPO and SAC return curves",
     "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
