@@ -5,7 +5,12 @@ vector env of the same task (via unilab's gymnasium wrapper) when the `bench` ex
 installed. Each runner trains until its mean return over the last 100 episodes reaches the
 target or the budget runs out; the time counts from the start of training (after start-up).
 
-Ratios: async_vs_sync_time_to_target (sync time / async time), unilab_vs_sb3_time_to_target.
+Ratios: async_vs_sync_time_to_target (sync time / async APPO time),
+async_ppo_vs_sync_time_to_target, appo_vs_async_ppo_time_to_target (async PPO time / APPO
+time: > 1 when the staleness correction pays), unilab_vs_sb3_time_to_target.
+
+`--task quadruped_joystick_flat --target 2.0 --steps 3000000 --no-sb3` measures the same on
+a task where simulation, not the learner, dominates (bench/results/e2e.quadruped.json).
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ from unilab.train import train
 from unilab.utils.metrics import read_metrics
 
 
-def time_to_target(rows: list[dict[str, Any]], target: float) -> float | None:
+def time_to_target(
+    rows: list[dict[str, Any]], target: float, key: str = "train/wall_s"
+) -> float | None:
+    """`key` (wall seconds, or env_steps) of the first row whose mean return reaches target."""
     for row in rows:
         ret = row.get("train/mean_return")
         if ret is not None and ret >= target:
-            return float(row["train/wall_s"])
+            return float(row[key])
     return None
 
 
@@ -92,10 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="cartpole_balance")
     parser.add_argument("--target", type=float, default=9.0, help="mean return to reach")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=400_000, help="env step budget per unilab run")
+    parser.add_argument("--no-sb3", action="store_true", help="skip Stable-Baselines3")
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps {args.steps} must be >= 1")
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
-    steps = 60_000 if args.quick else 400_000
+    steps = 60_000 if args.quick else args.steps
     results: dict[str, list[float | None]] = {"async": [], "async_ppo": [], "sync": [], "sb3": []}
+    steps_to: dict[str, list[float | None]] = {"async": [], "async_ppo": [], "sync": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for name, algo, mode in (
@@ -105,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 got = run_unilab(args.task, algo, mode, seed, steps, Path(tmp) / name)
                 results[name].append(time_to_target(got["rows"], args.target))
-            sb3 = None if args.quick else run_sb3(args.task, seed, 10 * steps, args.target, 4)
+                steps_to[name].append(time_to_target(got["rows"], args.target, "env_steps"))
+            skip = args.quick or args.no_sb3
+            sb3 = None if skip else run_sb3(args.task, seed, 10 * steps, args.target, 4)
             results["sb3"].append(None if sb3 is None else sb3["time_to_target_s"])
 
     def med(values: list[float | None]) -> float | None:
@@ -120,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         "async_ppo_vs_sync_time_to_target": (
             medians["sync"] / medians["async_ppo"]
             if medians["sync"] and medians["async_ppo"]
+            else None
+        ),
+        "appo_vs_async_ppo_time_to_target": (
+            medians["async_ppo"] / medians["async"]
+            if medians["async"] and medians["async_ppo"]
             else None
         ),
         "unilab_vs_sb3_time_to_target": (
@@ -141,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": seeds,
             "budget_env_steps": steps,
             "times_to_target_s": results,
+            "env_steps_to_target": steps_to,
             "medians_s": medians,
             "ratios": ratios,
             "targets": {"async_vs_sync_time_to_target": 1.3, "unilab_vs_sb3_time_to_target": 5.0},

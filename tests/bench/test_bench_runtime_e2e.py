@@ -41,6 +41,9 @@ def test_e2e_quick_writes_times_and_ratios(tmp_path: Path) -> None:
     assert set(doc["times_to_target_s"]) == {"async", "async_ppo", "sync", "sb3"}
     assert doc["times_to_target_s"]["sync"][0] is not None  # a return of 2 is reached quickly
     assert "async_vs_sync_time_to_target" in doc["ratios"]
+    assert "appo_vs_async_ppo_time_to_target" in doc["ratios"]
+    steps = doc["env_steps_to_target"]["sync"][0]
+    assert steps is not None and 0 < steps <= doc["budget_env_steps"]
 
 
 def test_scaling_quick_and_report(tmp_path: Path) -> None:
