@@ -25,7 +25,7 @@ from typing import Any
 
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.config import compose
-from unilab.train import train
+from unilab.train import IterationInfo, Runner, TrainHook, train
 from unilab.utils.metrics import read_metrics
 
 
@@ -40,7 +40,23 @@ def time_to_target(
     return None
 
 
-def run_unilab(task: str, algo: str, mode: str, seed: int, steps: int, out: Path) -> dict[str, Any]:
+class StopAtTarget(TrainHook):
+    """Ends the run once the mean return reaches the target: the time to it is what is
+    measured, and the rest of the budget would only cost bench time."""
+
+    name = "stop_at_target"
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+
+    def on_iteration(self, runner: Runner, it: IterationInfo) -> None:
+        if it.mean_return is not None and it.mean_return >= self.target:
+            runner.request_stop()
+
+
+def run_unilab(
+    task: str, algo: str, mode: str, seed: int, steps: int, out: Path, target: float
+) -> dict[str, Any]:
     cfg = compose(
         [
             f"task={task}",
@@ -54,7 +70,7 @@ def run_unilab(task: str, algo: str, mode: str, seed: int, steps: int, out: Path
             "logging.tensorboard=false",
         ]
     )
-    run = train(cfg)
+    run = train(cfg, [StopAtTarget(target)])
     return {"rows": read_metrics(run.metrics)}
 
 
@@ -116,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("async_ppo", "ppo", "async"),
                 ("sync", "ppo", "sync"),
             ):
-                got = run_unilab(args.task, algo, mode, seed, steps, Path(tmp) / name)
+                got = run_unilab(args.task, algo, mode, seed, steps, Path(tmp) / name, args.target)
                 results[name].append(time_to_target(got["rows"], args.target))
                 steps_to[name].append(time_to_target(got["rows"], args.target, "env_steps"))
             skip = args.quick or args.no_sb3
