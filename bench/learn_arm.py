@@ -200,6 +200,18 @@ def plot(
     plt.close(fig)
 
 
+def ratios(doc: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, float]]:
+    """`final_success` and `time_budget_over_time_to_target` (the target minutes over the
+    wall time to the target success; >= 1 passes, None when never reached), with targets."""
+    target = doc["target"]
+    took = doc.get("time_to_target_s")
+    values = {
+        "final_success": float(doc["final_success"]),
+        "time_budget_over_time_to_target": target["minutes_max"] * 60 / took if took else None,
+    }
+    return values, {"final_success": target["success_min"], "time_budget_over_time_to_target": 1.0}
+
+
 def run_bench(bench: ArmBench, argv: list[str] | None, description: str) -> int:
     """Parse argv, train, evaluate every checkpoint, write JSON and PNG; the exit code."""
     parser = argparse.ArgumentParser(prog=f"unilab bench {bench.name}", description=description)
@@ -270,6 +282,7 @@ def run_bench(bench: ArmBench, argv: list[str] | None, description: str) -> int:
         "summary": summary_file.read_text() if summary_file.is_file() else "",
         "bench_wall_s": time.perf_counter() - started,
     }
+    doc["ratios"], doc["targets"] = ratios(doc)
     out = write_json(args.out, doc)
     title = f"{bench.task}: {cfg.sim.num_envs} envs, PPO, {cfg.runtime.mode}"
     plot(bench, evals, curve, out.with_suffix(".png"), title)
