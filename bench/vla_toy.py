@@ -5,8 +5,9 @@ per episode): its first action coordinate is m * `MODE_OFFSET` plus small noise,
 follows the time in the episode. Nothing the policy observes tells the modes apart
 (proprioception is the episode phase, the camera shows a bar that moves with the phase, the
 instruction is the same), so a policy that imitates well must produce both modes, while a
-regression head averages them to ~0. The mode is written to the store's `token` column as
-0 (left) / 1 (right): the ground-truth strategy id a token-conditioned policy can use.
+regression head averages them to ~0. The mode is written to the store's `mode` column as
+0 (left) / 1 (right), as the experts record their strategy, and to its `token` column: the
+ground-truth strategy id a token-conditioned policy can use.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def toy_schema(image_size: int = 16) -> StoreSchema:
         obs={"policy": PROPRIO_DIM},
         action=ACTION_DIM,
         images={"front": (image_size, image_size)},
-        extra={"obs/instruction": FieldSpec((len(INSTRUCTION),), "int64")},
+        extra={
+            "obs/instruction": FieldSpec((len(INSTRUCTION),), "int64"),
+            "mode": FieldSpec((), "int32"),
+        },
     )
 
 
@@ -59,6 +63,7 @@ def toy_episode(
         "truncated": np.zeros(length, bool),
         "origin": np.zeros(length, np.uint8),
         "token": np.full(length, mode, np.int32),
+        "mode": np.full(length, mode, np.int32),
     }
 
 

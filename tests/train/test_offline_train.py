@@ -78,6 +78,13 @@ def test_the_vocabulary_size_comes_from_the_task() -> None:
     assert compose(["task=cartpole_balance", "algo=bc_flow"]).algo.vocab_size == 0
 
 
+def test_algo_tokens_sets_the_models_token_count() -> None:
+    assert compose(["task=arm_move_side", "algo.tokens=6"]).algo.model.n_tokens == 6
+    assert compose(["task=arm_move_side"]).algo.model.n_tokens == 0
+    with pytest.raises(ConfigError, match="tokens=6 disagrees with model.n_tokens=4"):
+        compose(["task=arm_move_side", "algo.tokens=6", "algo.model.n_tokens=4"])
+
+
 def test_unilab_train_bc_flow_end_to_end_then_eval_and_deploy(demos: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     argv = _tokens(

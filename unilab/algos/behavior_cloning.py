@@ -74,6 +74,9 @@ class BCConfig(AlgoConfig):
     """Store field of the proprioception group."""
     instruction_field: str = "obs/instruction"
     """Store field of the instruction word ids."""
+    tokens: int = checked(0, ge=0)
+    """Exploration tokens K (`unilab data tokens` writes them into the store's `token`
+    column): sets `model.n_tokens`; 0 leaves `model.n_tokens` as it is."""
     token_field: str = "token"
     """Store field of the behaviour token (read when model.n_tokens > 0)."""
     advantage_field: str = ""
@@ -89,6 +92,13 @@ class BCConfig(AlgoConfig):
         """Called by `compose`: the vocabulary size comes from the task's own words."""
         if vocabulary and self.vocab_size == 0:
             self.vocab_size = len(vocabulary)
+        if self.tokens:
+            if self.model.n_tokens not in (0, self.tokens):
+                return [
+                    f"tokens={self.tokens} disagrees with model.n_tokens="
+                    f"{self.model.n_tokens}: set one of them"
+                ]
+            self.model.n_tokens = self.tokens
         return []
 
     def problems(self) -> list[str]:

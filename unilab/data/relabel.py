@@ -10,7 +10,7 @@ index and the commit marker are touched. The writer lock is held throughout (the
 must be open with mode 'a'), so no append races the swap. A crash can leave a
 `.relabel-*` folder behind, which the next `write_column` removes.
 
-Only label columns may be rewritten: `segment` and user columns that are neither
+Only label columns may be rewritten: `segment`, `token` (exploration tokens) and user columns that are neither
 observations, images nor the action (ground truth and what policies read stay as
 recorded).
 """
@@ -34,7 +34,7 @@ from unilab.data.schema import ENUMS
 from unilab.data.store import EpisodeStore, open_array
 
 RELABEL_PREFIX = ".relabel-"
-LABEL_CORE = ("segment",)
+LABEL_CORE = ("segment", "token")
 
 
 def label_columns(store: EpisodeStore) -> list[str]:
