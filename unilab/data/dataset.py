@@ -14,6 +14,12 @@ terminate (truncated or unfinished) has no successor observation in the store, s
 n-step windows it is not an item: windows that reach it stop one frame earlier and
 bootstrap from its observation.
 
+With `outcome_targets`, items also carry the value heads' targets
+(`policies/vla/value_heads.py`), from each episode's `success` metadata and timestamps:
+`target/success` (1.0 if the episode succeeded), and on successful episodes of T frames
+`target/progress` = (t + 1) / T and `target/time_to_go` = timestamp[T-1] - timestamp[t]
+seconds, with `target/has_progress` 1.0 (on failed episodes all three are 0: undefined).
+
 A store with a float `weight` column (a curated store) gives each item that weight
 (`item_weights`, read by `WeightedFrameSampler`); other stores weigh every item 1.
 
@@ -35,6 +41,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from unilab.data.errors import SchemaMismatchError
 from unilab.data.store import EpisodeStore
 
 PERTURBED_FIELD = "perturbed"
@@ -48,7 +55,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
     """Frames of a store (a snapshot of its committed frames when built).
 
     `fields`: which schema fields to return (default: all). `action_horizon`: return action
-    chunks of this length. `n_step`, `gamma`: return n-step windows.
+    chunks of this length. `n_step`, `gamma`: return n-step windows. `outcome_targets`:
+    return the value heads' `target/...` fields (needs every episode's success metadata).
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         n_step: int | None = None,
         gamma: float = 0.99,
         image_cache_bytes: int = 0,
+        outcome_targets: bool = False,
     ) -> None:
         own = not isinstance(store, EpisodeStore)
         st = store if isinstance(store, EpisodeStore) else EpisodeStore.open(store, "r")
@@ -93,6 +102,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         self.episode_end = self.episode_start + np.repeat(lengths, lengths)
 
         need = set(self.fields) | {"origin", "terminated"}
+        if outcome_targets:
+            need.add("timestamp")
         if WEIGHT_FIELD in schema.fields:
             need.add(WEIGHT_FIELD)
         if action_horizon is not None:
@@ -118,7 +129,11 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         )
         # Per episode: did it succeed (metadata)? n-step windows that reach a successful
         # episode's termination carry `nstep_success` (world models learn outcomes from it).
-        self._episode_success = np.array([m.success is True for m in st.all_meta()], bool)
+        metas = st.all_meta()
+        self._episode_success = np.array([m.success is True for m in metas], bool)
+        self._outcome: dict[str, np.ndarray] = (
+            self._outcome_targets([m.success for m in metas]) if outcome_targets else {}
+        )
         self._store: EpisodeStore | None = st
         self._own_store = own
 
@@ -130,6 +145,32 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
             is_last = np.arange(self.num_frames) == last
             ends_open = ~self._columns["terminated"][last]
             self.indices = np.flatnonzero(~(is_last & ends_open)).astype(np.int64)
+
+    def _outcome_targets(self, success: list[bool | None]) -> dict[str, np.ndarray]:
+        """Per-frame value-head targets (see the module doc), float32."""
+        unknown = [i for i, s in enumerate(success) if s is None]
+        if unknown:
+            raise SchemaMismatchError(
+                f"{self.path}: outcome targets need every episode's success metadata (True "
+                f"or False); {len(unknown)} of {len(success)} episodes have none (e.g. "
+                f"episodes {unknown[:5]}). Record outcomes (EpisodeMeta.success) or train "
+                "without value heads (algo.value_weight=0)"
+            )
+        ok = np.asarray(success, dtype=bool)[self.episode_of]
+        frame = np.arange(self.num_frames)
+        length = self.episode_end - self.episode_start
+        stamp = self._columns["timestamp"]
+        # Timestamps, not frame counts x dt: they are what the store records for every
+        # origin (derived from metadata fps when a writer gave only that).
+        to_go = stamp[self.episode_end - 1] - stamp[frame] if self.num_frames else stamp
+        return {
+            "target/success": ok.astype(np.float32),
+            "target/progress": np.where(ok, (frame - self.episode_start + 1) / length, 0.0).astype(
+                np.float32
+            ),
+            "target/time_to_go": np.where(ok, to_go, 0.0).astype(np.float32),
+            "target/has_progress": ok.astype(np.float32),
+        }
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -208,6 +249,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
             out["action"] = self._gather("action", rows)
         if self.n_step is not None:
             out.update(self._n_step(t, end))
+        for name, column in self._outcome.items():
+            out[name] = column[t]
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
 
     def _n_step(self, t: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
