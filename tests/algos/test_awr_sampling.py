@@ -168,3 +168,18 @@ def test_with_advantages_keeps_the_shares() -> None:
 def test_bad_inputs_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _sampler(**kwargs)
+
+
+def test_draws_follow_the_shares_after_a_step() -> None:
+    sampler = _sampler(
+        shares={"demos": 0.5, "rollouts": 0.5},
+        floors={"demos": 0.1, "rollouts": 0.4},
+        decay=0.0,
+    )
+    rng = np.random.default_rng(2)
+    before, _ = sampler.sample(20_000, rng)
+    sampler.step()  # jumps to demos 0.2, rollouts 0.8
+    after, _ = sampler.sample(20_000, rng)
+    # Binomial std at n = 20k is at most 0.0036; 0.02 is over 5 std.
+    assert abs(np.mean(before == 0) - 0.5) < 0.02
+    assert abs(np.mean(after == 0) - 0.2) < 0.02

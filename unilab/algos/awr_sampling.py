@@ -78,7 +78,7 @@ class AWRSampler:
         self.advantages: dict[str, np.ndarray] = {
             name: self._check_source(name, values) for name, values in sources.items()
         }
-        self.shares: dict[str, float] = self._check_shares(shares)
+        self._shares: dict[str, float] = self._check_shares(shares)
         self.floors: dict[str, float] = self._check_floors(floors or {})
         self._within: dict[str, np.ndarray] = {
             name: _within_source_probabilities(a, self.beta, self.clip)
@@ -86,6 +86,7 @@ class AWRSampler:
         }
         self._offsets = np.cumsum([0] + [a.size for a in self.advantages.values()])
         self.iteration = 0
+        self._cdf: np.ndarray | None = None
 
     # -- validation ------------------------------------------------------------------------
     @staticmethod
@@ -125,7 +126,7 @@ class AWRSampler:
         out: dict[str, float] = {}
         for name in self.names:
             floor = float(floors.get(name, 0.0))
-            share = self.shares[name]
+            share = self._shares[name]
             # Compared with the normalised share, with a little slack for rounding.
             if not (np.isfinite(floor) and 0.0 <= floor <= share + 1e-12):
                 raise ValueError(
@@ -135,22 +136,29 @@ class AWRSampler:
             out[name] = min(floor, share)
         return out
 
+    @property
+    def shares(self) -> dict[str, float]:
+        """The current share of each source (a copy; they change only in `step`)."""
+        return dict(self._shares)
+
     # -- probabilities and draws -----------------------------------------------------------
     def probabilities(self) -> dict[str, np.ndarray]:
         """Per source, the (n_k,) probability of drawing each of its frames (all sum to 1)."""
-        return {name: self.shares[name] * self._within[name] for name in self.names}
+        return {name: self._shares[name] * self._within[name] for name in self.names}
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """`n` frames drawn independently (with replacement): (source index, frame index)
         int64 arrays; `names[source]` is the source's name."""
         if n < 0:
             raise ValueError(f"number of frames to draw must be >= 0, got {n}")
-        flat = np.concatenate([self.probabilities()[name] for name in self.names])
-        cdf = np.cumsum(flat)
+        if self._cdf is None:  # built once per iteration: shares only change in `step`
+            probabilities = self.probabilities()
+            self._cdf = np.cumsum(np.concatenate([probabilities[k] for k in self.names]))
+        cdf = self._cdf
         # side="right" never returns a frame of probability 0 (its cdf equals its
         # predecessor's); min() guards the last frame against cdf[-1] rounding below 1.
         picks = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
-        picks = np.minimum(picks, flat.size - 1)
+        picks = np.minimum(picks, cdf.size - 1)
         source = np.searchsorted(self._offsets, picks, side="right") - 1
         frame = picks - self._offsets[source]
         return source.astype(np.int64), frame.astype(np.int64)
@@ -160,14 +168,15 @@ class AWRSampler:
         """One iteration: each share moves toward its floor by `decay`, then all are
         renormalised (see the module docstring). Returns the new shares."""
         moved = {
-            name: self.floors[name] + self.decay * (self.shares[name] - self.floors[name])
+            name: self.floors[name] + self.decay * (self._shares[name] - self.floors[name])
             for name in self.names
         }
         total = sum(moved.values())
         if total > 0:  # 0 only when decay = 0 and every floor is 0: keep the shares then
-            self.shares = {name: value / total for name, value in moved.items()}
+            self._shares = {name: value / total for name, value in moved.items()}
+        self._cdf = None
         self.iteration += 1
-        return dict(self.shares)
+        return dict(self._shares)
 
     def with_advantages(self, sources: Mapping[str, np.ndarray]) -> AWRSampler:
         """A sampler over new advantages (recomputed after an iteration) with this one's
