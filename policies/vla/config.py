@@ -66,6 +66,11 @@ class VLAConfig:
     """Lower bound of the per-step noise std (normalized action units)."""
     noise_std_max: float = 0.16
     """Upper bound of the per-step noise std."""
+    value_heads: bool = False
+    """Add `ValueHeads` (policies/vla/value_heads.py): P(success), progress and time to go
+    predicted from the prefix, trained from episode outcomes (`algo.value_weight` > 0
+    turns this on). Off: the network and its checkpoints are as before; export never
+    traces them."""
 
     def validate(self) -> None:
         problems = []
