@@ -101,8 +101,19 @@ class VLAPolicy(PolicyModule):
         return shapes
 
     def act(self, obs: Obs, deterministic: bool = False) -> ActionChunk[torch.Tensor]:
-        """The protocol's rollout path: `sample` with fresh noise (zeros when deterministic)."""
+        """The protocol's rollout path: `sample` with fresh noise (zeros when deterministic).
+        With `flow_noise` and not deterministic, the chain is sampled with its exact
+        log-probability and returned in the extras (`chain` (N, K + 1, H, A) normalized
+        units, `chain_logp` (N, H) per action row): what a flow-PPO learner recomputes."""
         present = {k: v for k, v in obs.items() if k in self.obs_groups}
+        if self.noise_head is not None and not deterministic:
+            with torch.inference_mode():
+                n = self.check_obs(present)
+                tensors = self._to_device(present)
+                chain = self.sample_chain(tensors, self.draw_noise(n))
+            actions = self.action_norm.unnormalize(chain.actions)
+            extras = {"chain": chain.states, "chain_logp": chain.log_prob}
+            return ActionChunk(actions, chain.log_prob.sum(-1), extras)
         actions, logprob = self.sample(present, deterministic)
         return ActionChunk(actions, logprob)
 

@@ -81,7 +81,7 @@ def test_the_vocabulary_size_comes_from_the_task() -> None:
 def test_algo_tokens_sets_the_models_token_count() -> None:
     assert compose(["task=arm_move_side", "algo.tokens=6"]).algo.model.n_tokens == 6
     assert compose(["task=arm_move_side"]).algo.model.n_tokens == 0
-    with pytest.raises(ConfigError, match="tokens=6 disagrees with model.n_tokens=4"):
+    with pytest.raises(ConfigError, match=r"tokens=6 disagrees with model\.n_tokens=4"):
         compose(["task=arm_move_side", "algo.tokens=6", "algo.model.n_tokens=4"])
 
 

@@ -68,6 +68,20 @@ class Algorithm(abc.ABC):
             obs_dims, action_dim, tuple(dict.fromkeys(groups)), cls.uses_logprob
         )
 
+    @classmethod
+    def rollout_fields(cls, cfg: Any, shapes: Any) -> FieldSpecs:
+        """The fields each rollout chunk carries for this learner, from its config and the
+        task's shapes (`unilab.train.runner.TaskShapes`). Default: `chunk_fields` of the
+        vector groups; learners whose chunks hold more (a flow chain, instruction ids)
+        override it."""
+        return cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
+
+    @classmethod
+    def rollout_n_act(cls, cfg: Any) -> int | None:
+        """Actions a sim worker executes of each chunk before re-planning (None: all H of
+        the chunk; H = 1 for the MLP actors)."""
+        return None
+
     @staticmethod
     @abc.abstractmethod
     def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> PolicyModule:

@@ -20,6 +20,11 @@ from typing import Any
 FieldSpecs = dict[str, tuple[tuple[int, ...], str]]
 """field name -> (shape per step per env, numpy dtype name)."""
 
+POLICY_EXTRA_FIELDS = ("chain", "chain_logp", "token")
+"""`ActionChunk.extras` a worker copies into a chunk that has a field of that name: at each
+step the value of the chunk that step's action came from (a flow policy's sampled chain
+and its per-row log-probabilities, the behaviour token it was conditioned on)."""
+
 _PREFIXES = (("images/", "images_"), ("depth/", "depth_"))
 
 

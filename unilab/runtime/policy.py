@@ -145,6 +145,9 @@ class ActionQueue:
         self.logprob: np.ndarray = np.zeros(num_envs, dtype=np.float32)
         self.planned = np.ones(num_envs, dtype=bool)
         """Which envs got a new chunk at the last step."""
+        self.extras: dict[str, np.ndarray] = {}
+        """Each env's current chunk's extras (`ActionChunk.extras`: a flow chain, ...), by
+        name, kept like the log-probability: replaced only for the envs that re-plan."""
 
     def next(
         self,
@@ -169,10 +172,18 @@ class ActionQueue:
         if self.n_act == 1:  # every env plans every step: no bookkeeping (MLP actors)
             if logprob is not None:
                 self.logprob = logprob
+            for name, value in chunk.extras.items():
+                self.extras[name] = np.asarray(value)
             return actions[:, 0]
         self.actions[need] = actions[need, : self.n_act]
         if logprob is not None:
             self.logprob[need] = logprob[need]
+        for name, value in chunk.extras.items():
+            value = np.asarray(value)
+            kept = self.extras.get(name)
+            if kept is None or kept.shape != value.shape or kept.dtype != value.dtype:
+                kept = self.extras[name] = np.zeros_like(value)
+            kept[need] = value[need]
         step = self.actions[np.arange(self.num_envs), self.cursor]
         self.cursor = (self.cursor + 1) % self.n_act
         return step

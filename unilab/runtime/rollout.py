@@ -19,7 +19,10 @@ each (T, N, ...):
 - `reward`, `terminated`, `truncated`: as the task returned them (flags as 0/1 floats);
 - `episode_return`, `episode_length`: of an episode that ended at step t; NaN / 0 elsewhere;
 - `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order;
-- `episode_bin` (tasks with reset bins): the bin of an episode that ended at step t; -1 elsewhere.
+- `episode_bin` (tasks with reset bins): the bin of an episode that ended at step t; -1 elsewhere;
+- `replanned` (optional): 1 where the env got a new chunk at step t (a decision point);
+- policy extras (optional, `unilab.runtime.fields.POLICY_EXTRA_FIELDS`, e.g. a flow chain):
+  the `ActionChunk.extras` of the chunk step t's action belongs to.
 
 The same function fills a shared-memory ring slot in a worker and a plain array in tests.
 """
@@ -34,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from unilab.runtime.branching import BranchPlan
-from unilab.runtime.fields import obs_group_of
+from unilab.runtime.fields import POLICY_EXTRA_FIELDS, obs_group_of
 from unilab.runtime.policy import ActionQueue, Policy, StepExecutor
 from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy, own_executor
 from unilab.tasks.base import StepResult, Task
@@ -291,6 +294,8 @@ def collect_chunk(
     has_logprob = "logprob" in out
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     has_bins = "episode_bin" in out
+    has_replanned = "replanned" in out
+    extra_names = [k for k in out if k in POLICY_EXTRA_FIELDS]
     if branching is not None and "branch_point" not in out:
         raise ValueError("branching needs a branch_point field in the chunk")
     for t in range(horizon):
@@ -307,6 +312,10 @@ def collect_chunk(
         out["action"][t] = action_np
         if has_logprob:
             out["logprob"][t] = queue.logprob
+        if has_replanned:
+            out["replanned"][t] = queue.planned
+        for name in extra_names:
+            out[name][t] = queue.extras[name]
         out["reward"][t] = result.reward
         out["terminated"][t] = result.terminated
         out["truncated"][t] = result.truncated

@@ -74,7 +74,7 @@ def follow(cfg: Config, world: World) -> int:
     own = dataclasses.replace(
         cfg, run=dataclasses.replace(cfg.run, seed=cfg.run.seed + world.rank * RANK_SEED_STRIDE)
     )
-    fields = algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
+    fields = algo_cls.rollout_fields(cfg.algo, shapes)
     branching = cfg.runtime.branching_k > 1
     fields.update(
         info_fields(shapes.reward_terms, shapes.task_metrics, shapes.reset_bins, branching)

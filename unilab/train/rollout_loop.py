@@ -130,7 +130,7 @@ class RolloutLoop(TrainLoop):
     def chunk_fields(self, with_info: bool = True) -> FieldSpecs:
         """The fields each chunk carries: the algorithm's, plus reward terms and task metrics."""
         shapes = self.runner.shapes
-        fields = self.runner.algo_cls.chunk_fields(shapes.obs_dims, shapes.action_dim)
+        fields = self.runner.algo_cls.rollout_fields(self.runner.cfg.algo, shapes)
         if with_info:
             branching = self.runner.cfg.runtime.branching_k > 1
             fields.update(

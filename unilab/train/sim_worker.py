@@ -28,6 +28,11 @@ def sim_worker_main(ctx: WorkerContext) -> None:
     task, policy = make_task_and_policy(
         cfg, ctx.num_envs, ctx.seed, nthread=cfg.runtime.threads_per_worker
     )
+    from unilab.algos.registry import ALGORITHMS
+
     rt = cfg.runtime
     branching = BranchPlan.check(rt.branching_k, rt.branching_every, ctx.num_envs)
-    run_sim_worker(ctx, task, policy, sync=rt.mode == "sync", branching=branching)
+    n_act = ALGORITHMS.get(cfg.algo.name).algo_cls.rollout_n_act(cfg.algo)
+    run_sim_worker(
+        ctx, task, policy, sync=rt.mode == "sync", n_act=n_act, branching=branching
+    )

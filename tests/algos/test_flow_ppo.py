@@ -1,0 +1,192 @@
+"""flow_ppo: GAE over decisions against hand-computed answers, sampled chains that recompute
+to the log-probabilities the workers send, an update that moves the flow toward the chains
+with positive advantage, and the init run's model adopted at compose time."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from unilab.algos.chunk_returns import decision_advantages
+from unilab.algos.flow_ppo import FlowPPO, FlowPPOConfig
+from unilab.config import compose
+from unilab.config.errors import ConfigError
+from unilab.policies.vla.config import VLAConfig
+from unilab.utils.checkpoint import save_checkpoint
+
+SHAPES = {"policy": (6,), "critic": (8,)}
+A = 2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def col(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)[:, None]
+
+
+def test_decision_returns_by_hand() -> None:
+    # One env, 4 steps, decisions at 0 and 2, no episode end; gamma 0.5, lambda 1.
+    v, nv = col(0.1, 0.2, 0.3, 0.4), col(0.0, 0.0, 0.0, 1.0)
+    adv, ret, steps = decision_advantages(
+        col(1, 1, 1, 1), col(0, 0, 0, 0), col(0, 0, 0, 0), col(1, 0, 1, 0), v, nv, 0.5, 1.0
+    )
+    # decision 2: 1 + 0.5 + 0.25 * V(next_obs[3]) = 1.75, minus V 0.3
+    # decision 0: 1 + 0.5 + 0.25 * V(obs[2]) = 1.575, minus 0.1, plus 0.5^2 * 1.45
+    assert adv[:, 0].tolist() == pytest.approx([1.8375, 0.0, 1.45, 0.0])
+    # lambda = 1: the return of decision 0 is the whole discounted sum, 1.9375
+    assert ret[:, 0].tolist() == pytest.approx([1.9375, 0.0, 1.75, 0.0])
+    assert steps[:, 0].tolist() == [2.0, 0.0, 2.0, 0.0]
+
+
+def test_decisions_stop_at_termination_and_bootstrap_time_outs() -> None:
+    # Two envs. Env 0: decision at 0, terminated at step 1, new decision at 2 (reset).
+    # Env 1: decision at 0, time-out at step 2, decision at 3. gamma 0.9, lambda 0.5.
+    reward = torch.tensor([[1.0, 1.0], [2.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    term = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    trunc = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    replanned = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    v = torch.full((4, 2), 0.5)
+    nv = torch.full((4, 2), 2.0)
+    adv, ret, steps = decision_advantages(reward, term, trunc, replanned, v, nv, 0.9, 0.5)
+    # env 0, decision 0: 1 + 0.9 * 2 (terminated: no bootstrap) = 2.8; not linked onward
+    assert ret[0, 0] == pytest.approx(2.8) and adv[0, 0] == pytest.approx(2.3)
+    # env 0, decision 2: 1 + 0.9 * 1 + 0.81 * V(next_obs[3]) = 3.52 (window end)
+    assert ret[2, 0] == pytest.approx(1.9 + 0.81 * 2.0) and steps[2, 0] == 2
+    # env 1, decision 0: 3 steps up to the time-out, bootstrapped with V(next_obs[2]) = 2
+    g = 1 + 0.9 + 0.81 + 0.729 * 2.0
+    assert ret[0, 1] == pytest.approx(g) and steps[0, 1] == 3
+    # ... and not linked to decision 3, which is in the next episode
+    assert adv[0, 1] == pytest.approx(g - 0.5)
+    assert adv[3, 1] == pytest.approx(1 + 0.9 * 2.0 - 0.5)
+
+
+def tiny_cfg(**kw: object) -> FlowPPOConfig:
+    model = VLAConfig(
+        horizon=4, num_steps=3, n_act=2, width=32, heads=2, prefix_layers=1, expert_layers=1,
+        flow_noise=True, noise_std_min=0.2, noise_std_max=0.4,
+    )  # fmt: skip
+    base: dict[str, object] = dict(
+        model=model, critic_warmup=0, num_epochs=4, num_minibatches=2, target_kl=0.0,
+        actor_lr=3e-3, clip=0.2,
+    )  # fmt: skip
+    base.update(kw)
+    return FlowPPOConfig(**base)  # type: ignore[arg-type]
+
+
+def test_sampled_chains_recompute_to_the_log_probabilities_sent() -> None:
+    torch.manual_seed(0)
+    learner = FlowPPO(tiny_cfg(), SHAPES, A, torch.device("cpu"))
+    obs = {"policy": torch.randn(5, 6)}
+    chunk = learner.actor.act(obs)
+    chain, logp = chunk.extras["chain"], chunk.extras["chain_logp"]
+    assert chain.shape == (5, 4, 4, A) and logp.shape == (5, 4)
+    assert chunk.logprob is not None
+    torch.testing.assert_close(chunk.logprob, logp.sum(-1))
+    with torch.no_grad():
+        again = learner.actor.chain_log_prob(obs, chain)
+    torch.testing.assert_close(again, logp, rtol=1e-4, atol=1e-4)
+    # the executed actions are the chain's last state, unnormalized
+    torch.testing.assert_close(chunk.actions, learner.actor.action_norm.unnormalize(chain[:, -1]))
+
+
+def synthetic_batch(learner: FlowPPO, seed: int, t: int = 8, n: int = 32) -> dict:
+    """Decisions every 2 steps; the reward of a step is +1 when the first action coordinate
+    of the chunk's first action is above 0, else -1."""
+    g = torch.Generator().manual_seed(seed)
+    obs_p = torch.randn(t, n, 6, generator=g)
+    obs_c = torch.randn(t, n, 8, generator=g)
+    chains = torch.zeros(t, n, 4, 4, A)
+    logps = torch.zeros(t, n, 4)
+    reward = torch.zeros(t, n)
+    for s in range(0, t, 2):
+        chunk = learner.actor.act({"policy": obs_p[s]})
+        for k in (s, s + 1):
+            chains[k], logps[k] = chunk.extras["chain"], chunk.extras["chain_logp"]
+            reward[k] = torch.where(chunk.actions[:, 0, 0] > 0, 1.0, -1.0)
+    replanned = torch.zeros(t, n)
+    replanned[::2] = 1.0
+    zeros = torch.zeros(t, n)
+    return {
+        "obs_policy": obs_p, "obs_critic": obs_c, "next_obs_critic": obs_c, "reward": reward,
+        "terminated": zeros, "truncated": zeros, "replanned": replanned, "chain": chains,
+        "chain_logp": logps,
+    }  # fmt: skip
+
+
+def test_update_moves_the_flow_toward_chains_with_positive_advantage() -> None:
+    torch.manual_seed(0)
+    learner = FlowPPO(tiny_cfg(), SHAPES, A, torch.device("cpu"))
+    probe = {"policy": torch.randn(256, 6, generator=torch.Generator().manual_seed(9))}
+
+    def mean_first_action() -> float:
+        with torch.no_grad():
+            return float(learner.actor.act_inference(probe)[:, 0, 0].mean())
+
+    before = mean_first_action()
+    metrics = {}
+    for it in range(12):
+        metrics = learner.update(synthetic_batch(learner, it))
+    after = mean_first_action()
+    assert metrics["decisions"] == 4 * 32 and metrics["decision_steps"] == 2.0
+    assert after > before + 0.3, (before, after)
+
+
+def test_critic_warmup_leaves_the_policy_alone() -> None:
+    torch.manual_seed(0)
+    learner = FlowPPO(tiny_cfg(critic_warmup=1), SHAPES, A, torch.device("cpu"))
+    before = [p.detach().clone() for p in learner.actor.parameters()]
+    metrics = learner.update(synthetic_batch(learner, 0))
+    assert metrics["actor_trained"] == 0.0 and metrics["value_loss"] > 0
+    for p, q in zip(before, learner.actor.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def bc_checkpoint(tmp_path: Path, model: VLAConfig, name: str = "bc_flow") -> Path:
+    """A checkpoint as a bc_flow run writes it: its config and the actor's weights."""
+    from unilab.algos.bc_flow import BCFlow, BCFlowConfig
+
+    cfg = BCFlowConfig(model=model)
+    actor = BCFlow.build_actor(cfg, {"policy": (6,)}, A)
+    algo = {**dataclasses.asdict(cfg), "name": name}
+    state = {
+        "config": yaml.safe_dump({"algo": algo}),
+        "algo": {"actor": actor.state_dict()},
+        "iteration": 1,
+        "env_steps": 0,
+    }
+    return save_checkpoint(tmp_path / "checkpoints", 1, state)
+
+
+def test_init_run_gives_the_model_and_its_weights(tmp_path: Path) -> None:
+    model = VLAConfig(
+        horizon=4, num_steps=3, n_act=2, width=32, heads=2, prefix_layers=1, expert_layers=1
+    )
+    bc_checkpoint(tmp_path, model)
+    cfg = compose(
+        ["task=cartpole_balance", "algo=flow_ppo", f"algo.init={tmp_path}", "algo.n_act=3"]
+    ).algo
+    assert cfg.model.width == 32 and cfg.model.horizon == 4 and cfg.model.flow_noise
+    assert cfg.model.n_act == 3 and cfg.model_from == str(tmp_path)
+    learner = FlowPPO(cfg, {"policy": (6,), "critic": (8,)}, A, torch.device("cpu"))
+    state = torch.load(next((tmp_path / "checkpoints").glob("*.pt")), weights_only=True)
+    for key, value in state["algo"]["actor"].items():
+        torch.testing.assert_close(learner.actor.state_dict()[key], value)
+
+
+def test_bad_init_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        compose(["task=cartpole_balance", "algo=flow_ppo", f"algo.init={tmp_path / 'nope'}"])
+    model = VLAConfig(horizon=4, num_steps=3, n_act=2, width=32, heads=2)
+    bc_checkpoint(tmp_path, model, name="ppo")
+    with pytest.raises(ConfigError, match="need bc_flow or flow_ppo"):
+        compose(["task=cartpole_balance", "algo=flow_ppo", f"algo.init={tmp_path}"])
