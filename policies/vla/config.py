@@ -59,6 +59,12 @@ class VLAConfig:
     """Classifier-free guidance v = v_u + s (v_c - v_u) at inference; None: conditional only."""
     guidance_drop: list[str] = field(default_factory=lambda: ["advantage"])
     """Conditions nulled in the unconditional branch of guidance (token, advantage)."""
+    rollout_tokens: bool = False
+    """Rollouts explore under one behaviour token per episode, drawn per env from the
+    `token_sampler.probs` the learner publishes (`flow_ppo` with `n_tokens` > 0)."""
+    token_selector: bool = False
+    """Add `TokenSelector`: picks the token from the observation wherever none is given
+    (deployment, evaluation); trained by `flow_ppo` from its rollouts."""
     flow_noise: bool = False
     """Add a noise head: sampling adds learned Gaussian noise at each Euler step, so the
     K-step chain has an exact log-probability (ReinFlow-style, for RL fine-tuning)."""

@@ -29,6 +29,8 @@ from unilab.policies.vla.mse_head import GaussianChunkHead
 from unilab.policies.vla.normalize import ActionNormalizer
 from unilab.policies.vla.prefix import Prefix, PrefixEncoder
 from unilab.policies.vla.state_head import StateHead
+from unilab.policies.vla.tokens import SELECT_TOKEN, TokenSampler, TokenSelector
+from unilab.policies.vla.value_heads import ValueHeads, ValueTargets
 from unilab.runtime.policy import ActionChunk
 from unilab.runtime.torch_policy import PolicyModule
 
@@ -70,6 +72,10 @@ class VLAPolicy(PolicyModule):
         else:
             self.gaussian = GaussianChunkHead(inputs.action_dim, cfg)
         self.state_head = StateHead(cfg.width, state_dim) if state_dim else None
+        self.value_heads = ValueHeads(cfg.width) if cfg.value_heads else None
+        tokens = cfg.n_tokens
+        self.token_sampler = TokenSampler(tokens) if tokens and cfg.rollout_tokens else None
+        self.selector = TokenSelector(cfg.width, tokens) if tokens and cfg.token_selector else None
 
     @property
     def device(self) -> torch.device:
@@ -106,16 +112,21 @@ class VLAPolicy(PolicyModule):
         log-probability and returned in the extras (`chain` (N, K + 1, H, A) normalized
         units, `chain_logp` (N, H) per action row): what a flow-PPO learner recomputes."""
         present = {k: v for k, v in obs.items() if k in self.obs_groups}
+        token_extra: dict[str, torch.Tensor] = {}
+        if self.token_sampler is not None and not deterministic and "token" not in present:
+            n = next(iter(present.values())).shape[0]
+            tokens = torch.from_numpy(self.token_sampler.tokens(n)).to(self.device)
+            present["token"] = token_extra["token"] = tokens
         if self.noise_head is not None and not deterministic:
             with torch.inference_mode():
                 n = self.check_obs(present)
                 tensors = self._to_device(present)
                 chain = self.sample_chain(tensors, self.draw_noise(n))
             actions = self.action_norm.unnormalize(chain.actions)
-            extras = {"chain": chain.states, "chain_logp": chain.log_prob}
+            extras = {"chain": chain.states, "chain_logp": chain.log_prob, **token_extra}
             return ActionChunk(actions, chain.log_prob.sum(-1), extras)
         actions, logprob = self.sample(present, deterministic)
-        return ActionChunk(actions, logprob)
+        return ActionChunk(actions, logprob, token_extra)
 
     def act_inference(self, obs: Obs) -> torch.Tensor:
         """Deterministic chunk: the ODE from zero noise (the MSE head: its mean)."""
@@ -185,7 +196,32 @@ class VLAPolicy(PolicyModule):
                 rows[name] = torch.full((n,), cond.null, dtype=torch.int64, device=self.device)
             else:
                 rows[name] = cond.index(obs[name], drop, generator)
+        if self.selector is not None and "token" in rows and "token" not in nulls:
+            given = obs.get("token")
+            if given is None:  # nobody chose: the selector does
+                rows["token"] = self.select_tokens(obs)
+            else:  # SELECT_TOKEN rows ask the selector (traceable: export keeps the input)
+                pick = given.reshape(-1).to(torch.int64) == SELECT_TOKEN
+                rows["token"] = torch.where(pick, self.select_tokens(obs), rows["token"])
         return rows
+
+    def token_logits(self, obs: Obs) -> torch.Tensor:
+        """(N, K) selector logits from the prefix with a null token (detached input)."""
+        if self.selector is None:
+            raise ValueError("this VLA has no token selector (model.token_selector=false)")
+        n = next(iter(obs.values())).shape[0]
+        rows = self.condition_rows(obs, n, nulls=["token"])
+        return self.selector(self.prefix(dict(obs), rows))
+
+    def select_tokens(self, obs: Obs) -> torch.Tensor:
+        """(N,) the selector's token for each observation (argmax)."""
+        return self.token_logits(obs).argmax(-1)
+
+    def episodes_ended(self, ended: np.ndarray) -> None:
+        """Rollouts: envs whose episode ended draw a new exploration token at their next
+        chunk (`unilab.runtime.policy.EpisodicPolicy`)."""
+        if self.token_sampler is not None:
+            self.token_sampler.episodes_ended(ended)
 
     def context(
         self,
@@ -224,15 +260,21 @@ class VLAPolicy(PolicyModule):
     # -- training -------------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizers(
-        self, proprio: torch.Tensor | None, actions: torch.Tensor, state: torch.Tensor | None = None
+        self,
+        proprio: torch.Tensor | None,
+        actions: torch.Tensor,
+        state: torch.Tensor | None = None,
+        value_targets: ValueTargets | None = None,
     ) -> None:
         """Set the proprioception, action (and state-head target) statistics from training
-        data (rows, d)."""
+        data (rows, d), and the value heads' time scale from `value_targets`."""
         if proprio is not None and self.inputs.proprio_dim:
             refit(self.prefix.proprio_norm, proprio)
         self.action_norm.fit(actions.to(self.device, torch.float32))
         if state is not None and self.state_head is not None:
             refit(self.state_head.target_norm, state)
+        if value_targets is not None and self.value_heads is not None:
+            self.value_heads.fit_time_scale(value_targets.time_to_go, value_targets.has_progress)
 
     def loss(
         self,
@@ -243,18 +285,44 @@ class VLAPolicy(PolicyModule):
         drop_conditions: bool = True,
         state: torch.Tensor | None = None,
         state_weight: float = 0.0,
+        value_targets: ValueTargets | None = None,
+        value_weight: float = 0.0,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Training loss on chunks `actions` (N, H, A) in task units; padded rows (`is_pad`
         (N, H) True) do not count. Conditions are dropped to null at their dropout rates
         (`drop_conditions`). With a state head and `state` (N, d), adds `state_weight` x its
-        error (normalized units). -> (scalar loss, detached metrics)."""
+        error (normalized units). With value heads and `value_targets`, adds `value_weight`
+        x the sum of their losses (metrics `success_loss`, `progress_loss`, `ttg_loss`).
+        -> (scalar loss, detached metrics)."""
         prefix = self.encode(obs, drop=drop_conditions and self.training, generator=generator)
         loss, metrics = self._action_loss(prefix, actions, is_pad, generator)
         if state is not None and self.state_head is not None:
             state_loss = self.state_head.loss(prefix, state)
             metrics["state_loss"] = state_loss.detach()
             loss = loss + state_weight * state_loss
+        if value_targets is not None:
+            terms = self._value_heads().loss(prefix, value_targets)
+            metrics.update({k: v.detach() for k, v in terms.items()})
+            loss = loss + value_weight * sum(terms.values(), torch.zeros((), device=loss.device))
         return loss, metrics
+
+    def _value_heads(self) -> ValueHeads:
+        if self.value_heads is None:
+            raise ValueError(
+                "this VLA has no value heads: build it with VLAConfig(value_heads=True) "
+                "(algo.value_weight > 0 does so)"
+            )
+        return self.value_heads
+
+    @torch.no_grad()
+    def predict_values(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """The value heads' predictions for `obs` (no conditions dropped): {"success":
+        P(success), "progress": in [0, 1], "time_to_go": seconds}, each (N,), for play,
+        eval and alerts."""
+        heads = self._value_heads()
+        self.check_obs(obs)
+        present = {k: v for k, v in self._to_device(obs).items() if k in self.obs_groups}
+        return heads.predict(self.encode(present))
 
     def _action_loss(
         self,

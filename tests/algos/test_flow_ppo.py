@@ -5,6 +5,7 @@ with positive advantage, and the init run's model adopted at compose time."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -108,18 +109,21 @@ def synthetic_batch(learner: FlowPPO, seed: int, t: int = 8, n: int = 32) -> dic
     chains = torch.zeros(t, n, 4, 4, A)
     logps = torch.zeros(t, n, 4)
     reward = torch.zeros(t, n)
+    tokens = torch.zeros(t, n, dtype=torch.int64)
     for s in range(0, t, 2):
         chunk = learner.actor.act({"policy": obs_p[s]})
         for k in (s, s + 1):
             chains[k], logps[k] = chunk.extras["chain"], chunk.extras["chain_logp"]
             reward[k] = torch.where(chunk.actions[:, 0, 0] > 0, 1.0, -1.0)
+            if "token" in chunk.extras:
+                tokens[k] = chunk.extras["token"]
     replanned = torch.zeros(t, n)
     replanned[::2] = 1.0
     zeros = torch.zeros(t, n)
     return {
         "obs_policy": obs_p, "obs_critic": obs_c, "next_obs_critic": obs_c, "reward": reward,
         "terminated": zeros, "truncated": zeros, "replanned": replanned, "chain": chains,
-        "chain_logp": logps,
+        "chain_logp": logps, "token": tokens,
     }  # fmt: skip
 
 
@@ -190,3 +194,78 @@ def test_bad_init_is_named(tmp_path: Path) -> None:
     bc_checkpoint(tmp_path, model, name="ppo")
     with pytest.raises(ConfigError, match="need bc_flow or flow_ppo"):
         compose(["task=cartpole_balance", "algo=flow_ppo", f"algo.init={tmp_path}"])
+
+
+def test_rollout_chunks_carry_chains_tokens_and_episode_outcomes() -> None:
+    """A real task through `collect_chunk`: one token per episode and env, decisions every
+    n_act steps (and after resets), chains that recompute to the log-probs sent, and the
+    episode's success where it ended."""
+    import numpy as np
+
+    from unilab.algos.build import build_policy
+    from unilab.runtime.rollout import collect_chunk, start_rollout
+    from unilab.tasks.registry import make_task
+    from unilab.train.runner import probe_task
+
+    cfg = compose(
+        ["task=cartpole_balance", "algo=flow_ppo", "task.episode_length_s=0.4",
+         "algo.model.n_tokens=3", "algo.model.horizon=4", "algo.model.n_act=2",
+         "algo.model.num_steps=3", "algo.model.width=32", "algo.model.heads=2",
+         "algo.model.prefix_layers=1", "algo.model.expert_layers=1"]
+    )  # fmt: skip
+    assert cfg.algo.model.rollout_tokens and cfg.algo.model.token_selector
+    shapes = probe_task(cfg)
+    fields = FlowPPO.rollout_fields(cfg.algo, shapes)
+    assert {"chain", "chain_logp", "replanned", "token", "episode_success"} <= set(fields)
+    task = make_task(cfg.task, num_envs=4, seed=0, sim_cfg=cfg.sim)
+    torch.manual_seed(0)
+    policy = build_policy(cfg.algo, task)
+    t_len = 40
+    out = {k: np.zeros((t_len, 4, *shape), dtype) for k, (shape, dtype) in fields.items()}
+    collect_chunk(task, policy, out, start_rollout(task), n_act=2)
+    done = (out["terminated"] + out["truncated"]) > 0
+    assert done.any()
+    for env in range(4):
+        starts = [s for s in np.flatnonzero(done[:, env]) + 1 if s < t_len]
+        for a, b in itertools.pairwise([0, *starts, t_len]):
+            assert len(set(out["token"][a:b, env].tolist())) == 1  # one token per episode
+        assert out["replanned"][0, env] == 1 and out["replanned"][1, env] == 0
+    ends = ~np.isnan(out["episode_success"])
+    np.testing.assert_array_equal(ends, done)
+    decide = out["replanned"] > 0.5
+    obs = {"policy": torch.from_numpy(out["obs_policy"][decide])}
+    obs["token"] = torch.from_numpy(out["token"][decide])
+    with torch.no_grad():
+        again = policy.chain_log_prob(obs, torch.from_numpy(out["chain"][decide]))
+    torch.testing.assert_close(
+        again, torch.from_numpy(out["chain_logp"][decide]), atol=2e-4, rtol=1e-4
+    )
+
+
+def test_tokens_whose_rollouts_succeed_win_the_schedule_and_the_selector() -> None:
+    import numpy as np
+
+    torch.manual_seed(0)
+    model = tiny_cfg().model
+    model.n_tokens, model.rollout_tokens, model.token_selector = 3, True, True
+    learner = FlowPPO(
+        tiny_cfg(model=model, token_schedule="bandit", selector_lr=1e-2), SHAPES, A,
+        torch.device("cpu"),
+    )  # fmt: skip
+    probe = {"policy": torch.randn(64, 6, generator=torch.Generator().manual_seed(3))}
+    for it in range(15):
+        learner.actor.episodes_ended(np.ones(32, bool))  # each batch: one episode per env
+        batch = synthetic_batch(learner, it)
+        token = batch["token"]
+        # Token 1's episodes succeed and earn reward; the others fail.
+        batch["reward"] = (token == 1).float()
+        success = torch.full_like(batch["reward"], float("nan"))
+        success[-1] = (token[-1] == 1).float()
+        batch["episode_success"] = success
+        batch["truncated"] = torch.zeros_like(batch["reward"])
+        batch["truncated"][-1] = 1.0
+        metrics = learner.update(batch)
+    assert metrics["token_prob_1"] > 0.6 and metrics["token_success_1"] > 0.8
+    with torch.no_grad():
+        picks = learner.actor.select_tokens(probe)
+    assert (picks == 1).float().mean() > 0.75  # chance: 1 in 3

@@ -54,9 +54,9 @@ def test_write_column_errors_name_the_problem(filled_store: Path) -> None:
             write_column(st, "segment", np.array(["oops"] * n))
         with pytest.raises(SchemaMismatchError, match=r"codes must be in \[0, 4\]"):
             write_column(st, "segment", np.full(n, 7, dtype=np.uint8))
-        with pytest.raises(SchemaMismatchError, match=r"only label columns can \(segment\)"):
+        with pytest.raises(SchemaMismatchError, match=r"only label columns can \(segment, token\)"):
             write_column(st, "obs/policy", np.zeros((n, 5), dtype=np.float32))
-        assert label_columns(st) == ["segment"]
+        assert label_columns(st) == ["segment", "token"]
     with (
         EpisodeStore.open(filled_store, "r") as st,
         pytest.raises(ReadOnlyStoreError, match="open it with 'a'"),

@@ -105,3 +105,27 @@ def test_vocabulary_must_match_the_model(tmp_path: Path) -> None:
         export_vla_onnx(policy, tmp_path / "x.onnx", vocabulary=["a", "b"])
     with pytest.raises(ExportError, match="unknown exporter"):
         export_vla_onnx(policy, tmp_path / "x.onnx", exporter="tflite")
+
+
+def test_token_selector_is_in_the_graph_and_deploy_lets_it_pick(tmp_path: Path) -> None:
+    from unilab.deploy.vla_onnx_policy import OnnxVLAPolicy
+
+    torch.manual_seed(0)
+    cfg = small_config(n_tokens=4, token_selector=True, token_dropout=0.0)
+    policy = trained_looking(VLAPolicy(INPUTS, cfg))
+    path = export_vla_onnx(policy, tmp_path / "sel.onnx", vocabulary=VOCAB)
+    probes = example_inputs(policy, 32, seed=5)  # token values in -2 (select), -1 .. 3
+    assert (probes["token"] == -2).any() and (probes["token"] >= 0).any()
+    assert vla_onnx_max_abs_diff(path, policy, probes) <= 1e-4
+    # The selector's choice is what an explicit token would give: the same chunk.
+    obs = {k: v for k, v in probes.items() if k not in ("token", "noise")}
+    chosen = policy.select_tokens(obs)
+    with torch.no_grad():
+        picked = policy(obs, probes["noise"])  # no token: the selector picks
+        explicit = policy({**obs, "token": chosen}, probes["noise"])
+    torch.testing.assert_close(picked, explicit)
+    # Deploy without a token feeds -2: onnxruntime picks with the selector, as torch does.
+    onnx_policy = OnnxVLAPolicy(path)
+    assert onnx_policy.metadata.token_selector
+    plan = onnx_policy.plan({k: v.numpy() for k, v in obs.items()}, probes["noise"].numpy())
+    np.testing.assert_allclose(plan, picked.numpy(), atol=1e-4)

@@ -3,4 +3,14 @@
 from unilab.algos import appo, bc_flow, bc_mse, flow_ppo, ppo, sac, td3
 from unilab.algos.registry import ALGORITHMS, register_algo
 
-__all__ = ["ALGORITHMS", "appo", "bc_flow", "bc_mse", "flow_ppo", "ppo", "register_algo", "sac", "td3"]
+__all__ = [
+    "ALGORITHMS",
+    "appo",
+    "bc_flow",
+    "bc_mse",
+    "flow_ppo",
+    "ppo",
+    "register_algo",
+    "sac",
+    "td3",
+]

@@ -11,12 +11,15 @@ The EMA copy is `actor`: what is published, evaluated and exported.
 `validate(batch)` scores the EMA policy without augmentation or condition dropout, with a
 fixed random stream (comparable across calls): the training loss and the error of a sampled
 chunk against the demonstrated one (normalized units, padding masked), the metric both
-heads share. `unilab.algos.offline.train_offline` runs the whole offline loop.
+heads share. With value heads (`value_weight` > 0) it also scores them on the held-out
+frames: the Brier score of P(success), and the progress and time-to-go absolute errors
+where they are defined. `unilab.algos.offline.train_offline` runs the whole offline loop.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.policy import VLAPolicy
+from unilab.policies.vla.value_heads import TARGET_NAMES, TARGET_PREFIX, ValueTargets
 
 VAL_SEED = 12345
 
@@ -87,6 +91,11 @@ class BCConfig(AlgoConfig):
     store (`unilab collect` stores the task's `critic` group as `obs/critic`)."""
     state_field: str = "obs/critic"
     """Store field of the state-head target (the task's `critic` observation group)."""
+    value_weight: float = checked(0.0, ge=0.0)
+    """Weight of the value heads' losses (P(success), progress, time to go from episode
+    outcomes; `policies/vla/value_heads.py`) beside the action loss; 0: no value heads.
+    > 0 builds the heads (`model.value_heads`) and needs every episode's success metadata
+    in the store."""
 
     def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
         """Called by `compose`: the vocabulary size comes from the task's own words."""
@@ -147,6 +156,15 @@ def inputs_from_shapes(
     )
 
 
+def model_config(cfg: Any) -> VLAConfig:
+    """`cfg.model`, with the value heads on when `cfg.value_weight` > 0 (so a checkpoint's
+    config rebuilds the same network)."""
+    model: VLAConfig = cfg.model
+    if float(getattr(cfg, "value_weight", 0.0)) > 0 and not model.value_heads:
+        model = dataclasses.replace(model, value_heads=True)
+    return model
+
+
 def state_dim_of(cfg: BCConfig, obs_dims: Mapping[str, Any]) -> int:
     """Width of the state head's target: the task's `critic` group when `state_weight` > 0
     (0: no state head)."""
@@ -181,7 +199,9 @@ class BehaviorCloning(Algorithm):
         self.cfg: BCConfig = cfg
         self.inputs = inputs or inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
         self.state_dim = state_dim_of(cfg, obs_dims)
-        self.policy = VLAPolicy(self.inputs, cfg.model, self.head, self.state_dim).to(device)
+        self.policy = VLAPolicy(self.inputs, model_config(cfg), self.head, self.state_dim).to(
+            device
+        )
         self.actor: VLAPolicy = copy.deepcopy(self.policy).requires_grad_(False).eval()
         decay: list[torch.Tensor] = []
         no_decay: list[torch.Tensor] = []
@@ -205,7 +225,7 @@ class BehaviorCloning(Algorithm):
     @classmethod
     def build_actor(cls, cfg: Any, obs_dims: Mapping[str, Any], action_dim: int) -> VLAPolicy:
         inputs = inputs_from_shapes(obs_dims, action_dim, cfg.vocab_size, cfg.pad_id)
-        return VLAPolicy(inputs, cfg.model, cls.head, state_dim_of(cfg, obs_dims))
+        return VLAPolicy(inputs, model_config(cfg), cls.head, state_dim_of(cfg, obs_dims))
 
     def seed(self, seed: int) -> None:
         """Seed the learner's own random stream (noise, times, dropout, augmentation)."""
@@ -213,8 +233,12 @@ class BehaviorCloning(Algorithm):
 
     @classmethod
     def frame_options(cls, cfg: Any) -> dict[str, Any]:
-        """How a `FrameDataset` must cut the store for this learner: action chunks of H."""
-        return {"action_horizon": int(cfg.model.horizon)}
+        """How a `FrameDataset` must cut the store for this learner: action chunks of H
+        (and the value heads' outcome targets when `value_weight` > 0)."""
+        options: dict[str, Any] = {"action_horizon": int(cfg.model.horizon)}
+        if float(getattr(cfg, "value_weight", 0.0)) > 0:
+            options["outcome_targets"] = True
+        return options
 
     # -- frames -> observation groups ---------------------------------------------------
     def group_fields(self) -> dict[str, str]:
@@ -251,6 +275,8 @@ class BehaviorCloning(Algorithm):
         shapes["action"] = (self.cfg.model.horizon, spec.action_dim)
         if self.state_dim:
             shapes[self.cfg.state_field] = (self.state_dim,)
+        if self.cfg.value_weight > 0:
+            shapes.update({TARGET_PREFIX + name: () for name in TARGET_NAMES})
         return shapes
 
     def observations(
@@ -305,15 +331,29 @@ class BehaviorCloning(Algorithm):
             )
         return batch[name].to(self.device, torch.float32)
 
+    def _value_targets(self, batch: Mapping[str, torch.Tensor]) -> ValueTargets | None:
+        """The value heads' targets of a batch (None when `value_weight` is 0)."""
+        if self.cfg.value_weight <= 0:
+            return None
+        try:
+            return ValueTargets.from_batch(batch, self.device)
+        except KeyError as exc:
+            raise KeyError(
+                f"algo.value_weight={self.cfg.value_weight} > 0: {exc.args[0]}"
+            ) from None
+
     # -- learning -----------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None:
-        """Set proprioception and action statistics from a (large) batch of frames."""
+        """Set proprioception and action statistics (and the value heads' time scale) from a
+        (large) batch of frames."""
         actions, is_pad = self._chunks(batch)
         proprio = None
         if self.inputs.proprio_dim:
             proprio = batch[self.cfg.proprio_field].to(self.device, torch.float32)
-        self.policy.fit_normalizers(proprio, actions[~is_pad], self._state(batch))
+        self.policy.fit_normalizers(
+            proprio, actions[~is_pad], self._state(batch), self._value_targets(batch)
+        )
         self.actor.load_state_dict(self.policy.state_dict())
 
     def learning_rate(self, step: int) -> float:
@@ -337,6 +377,8 @@ class BehaviorCloning(Algorithm):
             self.generator,
             state=self._state(batch),
             state_weight=self.cfg.state_weight,
+            value_targets=self._value_targets(batch),
+            value_weight=self.cfg.value_weight,
         )
         lr = self.learning_rate(self.step)
         for group in self.optimizer.param_groups:
@@ -363,8 +405,8 @@ class BehaviorCloning(Algorithm):
     @torch.no_grad()
     def validate(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Summed validation errors of the EMA policy on a batch (see module doc):
-        {"loss_sum", "action_sq_sum", "elements", "frames"} as tensors, so callers can pool
-        several batches before dividing."""
+        {"loss_sum", "action_sq_sum", "elements", "frames"} (and with value heads the sums
+        of `value_sums`) as tensors, so callers can pool several batches before dividing."""
         policy = self.actor.eval()
         gen = torch.Generator()
         gen.manual_seed(VAL_SEED)
@@ -378,21 +420,38 @@ class BehaviorCloning(Algorithm):
             policy.action_norm.normalize(sampled) - policy.action_norm.normalize(actions)
         ).square()
         elements = keep.sum()
-        return {
+        sums = {
             "loss_sum": loss * elements,
             "action_sq_sum": (err * keep).sum(),
             "elements": elements,
             "frames": torch.tensor(float(actions.shape[0])),
         }
+        targets = self._value_targets(batch)
+        if targets is not None:
+            sums.update(value_sums(policy.predict_values(obs), targets))
+        return sums
 
     def validation_metrics(self, sums: Mapping[str, float]) -> dict[str, float]:
-        """Pooled `validate` sums -> `val_loss`, `val_action_mse`, `val_frames`."""
+        """Pooled `validate` sums -> `val_loss`, `val_action_mse`, `val_frames` (and with
+        value heads `val_success_brier`, `val_success_rate`, `val_progress_mae`,
+        `val_ttg_mae` in seconds)."""
         elements = max(sums["elements"], 1.0)
-        return {
+        out = {
             "val_loss": sums["loss_sum"] / elements,
             "val_action_mse": sums["action_sq_sum"] / elements,
             "val_frames": sums["frames"],
         }
+        if "success_sq_sum" in sums:
+            frames = max(sums["frames"], 1.0)
+            defined = max(sums["progress_frames"], 1.0)
+            out.update(
+                val_success_brier=sums["success_sq_sum"] / frames,
+                # The constant predictor's Brier score is rate x (1 - rate): the bar to beat.
+                val_success_rate=sums["success_sum"] / frames,
+                val_progress_mae=sums["progress_abs_sum"] / defined,
+                val_ttg_mae=sums["ttg_abs_sum"] / defined,
+            )
+        return out
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -410,3 +469,17 @@ class BehaviorCloning(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.generator.set_state(state["generator"])
+
+
+def value_sums(pred: Mapping[str, torch.Tensor], targets: ValueTargets) -> dict[str, torch.Tensor]:
+    """Summed held-out errors of the value heads (pooled over batches, divided in
+    `validation_metrics`): squared error of P(success) (the Brier score's numerator), the
+    successes, and the progress and time-to-go absolute errors where they are defined."""
+    mask = targets.has_progress
+    return {
+        "success_sq_sum": (pred["success"] - targets.success).square().sum(),
+        "success_sum": targets.success.sum(),
+        "progress_abs_sum": ((pred["progress"] - targets.progress).abs() * mask).sum(),
+        "ttg_abs_sum": ((pred["time_to_go"] - targets.time_to_go).abs() * mask).sum(),
+        "progress_frames": mask.sum(),
+    }

@@ -41,6 +41,7 @@ from unilab.algos.base import Algorithm, FieldSpecs, transition_fields
 from unilab.algos.behavior_cloning import inputs_from_shapes
 from unilab.algos.chunk_returns import decision_advantages
 from unilab.algos.registry import register_algo
+from unilab.algos.token_schedule import SCHEDULES, TokenSchedule
 from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
 from unilab.policies.actor_critic import ValueCritic
@@ -97,6 +98,17 @@ class FlowPPOConfig(AlgoConfig):
     """Iterations that train only the critic."""
     reward_scale: float = checked(1.0, gt=0.0)
     """Rewards are multiplied by this before the advantages."""
+    token_schedule: str = checked("uniform", choices=SCHEDULES)
+    """With exploration tokens (the init run's `model.n_tokens` > 0): how rollout episodes
+    pick theirs (`unilab.algos.token_schedule`): uniform, count, bandit."""
+    token_floor: float = checked(0.2, ge=0.0, le=1.0)
+    """Share of the token draws spread uniformly whatever the schedule."""
+    token_decay: float = checked(0.95, gt=0.0, le=1.0)
+    """Per-iteration decay of the token statistics."""
+    selector_lr: float = checked(1e-3, gt=0.0)
+    """Adam learning rate of the token selector."""
+    selector_beta: float = checked(1.0, gt=0.0)
+    """Temperature of the selector's advantage weights exp(clip(A, -2, 2) / beta)."""
 
     def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
         """Called by `compose`: model settings from the init run, vocabulary from the task."""
@@ -117,6 +129,7 @@ class FlowPPOConfig(AlgoConfig):
         if vocabulary and self.vocab_size == 0:
             self.vocab_size = len(vocabulary)
         self.model.flow_noise = True
+        self.model.rollout_tokens = self.model.token_selector = self.model.n_tokens > 0
         self.model.noise_std_min, self.model.noise_std_max = self.noise_std_min, self.noise_std_max
         if self.n_act:
             self.model.n_act = self.n_act
@@ -178,8 +191,18 @@ class FlowPPO(Algorithm):
             self._load_init(Path(cfg.init))
         self.critic = ValueCritic(widths[self.critic_group], cfg.critic_hidden, cfg.activation)
         self.critic = self.critic.to(device)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        selector = self.actor.selector
+        chosen = {id(p) for p in selector.parameters()} if selector is not None else set()
+        policy_params = [p for p in self.actor.parameters() if id(p) not in chosen]
+        self.actor_optimizer = torch.optim.Adam(policy_params, lr=cfg.actor_lr)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.selector_optimizer = (
+            torch.optim.Adam(selector.parameters(), lr=cfg.selector_lr) if selector else None
+        )
+        self.tokens = int(self.actor.cfg.n_tokens)
+        self.schedule = TokenSchedule(
+            max(1, self.tokens), cfg.token_schedule, decay=cfg.token_decay, floor=cfg.token_floor
+        )
         self.iterations = 0
 
     @staticmethod
@@ -208,13 +231,17 @@ class FlowPPO(Algorithm):
         fields["chain"] = ((int(model.num_steps) + 1, h, a), "float32")
         fields["chain_logp"] = ((h,), "float32")
         fields["replanned"] = ((), "float32")
+        if model.n_tokens:
+            fields["token"] = ((), "int64")
+            fields["episode_success"] = ((), "float32")
         return fields
 
     def _load_init(self, init: Path) -> None:
         path, state = checkpoint_file(init)
         weights = state["algo"]["actor"]
         missing, unexpected = self.actor.load_state_dict(weights, strict=False)
-        fresh = [k for k in missing if not k.startswith("noise_head.")]
+        added = ("noise_head.", "token_sampler.", "selector.")  # what RL adds to the BC net
+        fresh = [k for k in missing if not k.startswith(added)]
         if fresh or unexpected:
             raise ValueError(
                 f"{path}: the init weights do not fit this policy (missing {fresh[:5]}, "
@@ -227,6 +254,8 @@ class FlowPPO(Algorithm):
         for group in self.actor.inputs.obs_keys:
             name = "obs_instruction" if group == "instruction" else f"obs_{group}"
             obs[group] = batch[name]
+        if self.tokens:
+            obs["token"] = batch["token"]
         return obs
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -300,21 +329,56 @@ class FlowPPO(Algorithm):
         self.iterations += 1
         out = {k: v / max(count, 1) for k, v in sums.items()}
         out.update(stats)
+        if self.tokens:
+            out.update(self._tokens_step(batch, rows, adv_n))
         out["kl_stopped"] = float(stopped)
         out["actor_trained"] = float(train_actor)
         out["value_mean"] = float(values.mean())
         out["advantage_std"] = float(adv.std())
         return out
 
+    def _tokens_step(
+        self, batch: dict[str, torch.Tensor], rows: dict[str, torch.Tensor], adv_n: torch.Tensor
+    ) -> dict[str, float]:
+        """Exploration tokens: the schedule learns from the finished episodes (their token
+        and success) and sets the next draw probabilities; the selector takes one
+        advantage-weighted cross-entropy step on the tokens the decisions ran under."""
+        out: dict[str, float] = {}
+        success = batch["episode_success"]
+        ended = ~torch.isnan(success)
+        tokens = batch["token"][ended].cpu().numpy()
+        self.schedule.update(tokens, success[ended].cpu().numpy())
+        probs = self.schedule.probs()
+        sampler = self.actor.token_sampler
+        if sampler is not None:
+            sampler.probs.copy_(torch.as_tensor(probs, dtype=sampler.probs.dtype))
+        for k, (p, m) in enumerate(zip(probs, self.schedule.mean_success(), strict=True)):
+            out[f"token_prob_{k}"] = float(p)
+            out[f"token_success_{k}"] = float(m)
+        if self.selector_optimizer is not None and adv_n.numel():
+            weights = torch.exp(adv_n.clamp(-2.0, 2.0) / self.cfg.selector_beta)
+            logits = self.actor.token_logits({k: v for k, v in rows.items() if k != "token"})
+            ce = nn.functional.cross_entropy(logits, rows["token"].long(), reduction="none")
+            loss = (weights * ce).sum() / weights.sum()
+            self.selector_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.selector_optimizer.step()
+            out["selector_loss"] = float(loss.detach())
+        return out
+
     # -- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "actor_optimizer": self.actor_optimizer.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "iterations": self.iterations,
+            "token_schedule": self.schedule.state_dict(),
         }
+        if self.selector_optimizer is not None:
+            state["selector_optimizer"] = self.selector_optimizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -322,6 +386,9 @@ class FlowPPO(Algorithm):
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.iterations = int(state["iterations"])
+        self.schedule.load_state_dict(state["token_schedule"])
+        if self.selector_optimizer is not None:
+            self.selector_optimizer.load_state_dict(state["selector_optimizer"])
 
 
 def _widths(obs_dims: dict[str, Any]) -> dict[str, int]:

@@ -10,7 +10,8 @@ executor (`ChunkedPolicy`), so `unilab play` / `unilab eval` run an exported VLA
 the same rollout helper as the torch one.
 
 Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and `token` /
-`advantage` when the model has them; missing conditions are fed as null, -1).
+`advantage` when the model has them; missing conditions are fed as null, -1, except a
+missing token of a graph with a token selector: -2, the selector picks it).
 """
 
 from __future__ import annotations
@@ -135,7 +136,9 @@ class OnnxVLAPolicy:
                 raise ValueError(f"instruction ids must be in [0, {meta.vocab_size})")
         for key in self.condition_keys:
             value = obs.get(key)
-            arr = np.full(n, -1, np.int64) if value is None else np.asarray(value, np.int64)
+            # no token given: the graph's selector picks it when it has one, else null
+            fill = -2 if key == "token" and meta.token_selector else -1
+            arr = np.full(n, fill, np.int64) if value is None else np.asarray(value, np.int64)
             feeds[key] = np.ascontiguousarray(arr.reshape(n))
         return feeds, n
 

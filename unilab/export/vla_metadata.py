@@ -53,6 +53,9 @@ class VLAMetadata:
     """Word of each instruction id (empty when the exporter was not given it)."""
     n_tokens: int = 0
     """Behaviour tokens of input `token` (N,) int64; -1 is null."""
+    token_selector: bool = False
+    """The graph holds a token selector: a `token` of -2 lets it pick the token (what
+    deploy feeds when no token is given)."""
     advantage: bool = False
     """Input `advantage` (N,) int64: 1 positive, 0 negative, -1 null."""
     guidance_scale: float | None = None

@@ -113,7 +113,8 @@ def example_inputs(policy: VLAPolicy, batch: int = 2, seed: int = 0) -> dict[str
             0, spec.vocab_size, (batch, spec.instruction_len), generator=gen
         )
     for name, cond in policy.prefix.conditions.items():
-        out[name] = torch.randint(-1, cond.num_values, (batch,), generator=gen)
+        low = -2 if name == "token" and policy.selector is not None else -1  # -2: selector
+        out[name] = torch.randint(low, cond.num_values, (batch,), generator=gen)
     if policy.head == "flow":
         out[NOISE_INPUT] = torch.randn(batch, policy.horizon, policy.action_dim, generator=gen)
     return out
@@ -161,6 +162,7 @@ def vla_metadata(
         inputs=names,
         vocabulary=[str(w) for w in vocabulary],
         n_tokens=cfg.n_tokens,
+        token_selector=policy.selector is not None,
         advantage=cfg.advantage,
         guidance_scale=cfg.guidance_scale,
         ensemble_decay=ensemble_decay,

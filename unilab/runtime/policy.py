@@ -110,6 +110,16 @@ class ChunkedPolicy(Protocol):
         ...
 
 
+@runtime_checkable
+class EpisodicPolicy(Protocol):
+    """A policy that keeps per-env state for an episode (the VLA's exploration token):
+    rollouts tell it where episodes ended, after the step that ended them."""
+
+    def episodes_ended(self, ended: np.ndarray) -> None:
+        """(N,) bool: these envs start a new episode at their next step."""
+        ...
+
+
 def check_chunk(chunk: ActionChunk[np.ndarray], num_envs: int, action_dim: int) -> np.ndarray:
     """The chunk's actions as a float32 (N, H, action_dim) array; a clear error otherwise."""
     actions = np.asarray(chunk.actions, dtype=np.float32)

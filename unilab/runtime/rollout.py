@@ -21,6 +21,8 @@ each (T, N, ...):
 - `reward_terms`, `task_metrics` (optional, for logging): each term / metric in sorted name order;
 - `episode_bin` (tasks with reset bins): the bin of an episode that ended at step t; -1 elsewhere;
 - `replanned` (optional): 1 where the env got a new chunk at step t (a decision point);
+- `episode_success` (optional): the task's `success` (1/0) of an episode that ended at
+  step t; NaN elsewhere (and where the task has no success metric);
 - policy extras (optional, `unilab.runtime.fields.POLICY_EXTRA_FIELDS`, e.g. a flow chain):
   the `ActionChunk.extras` of the chunk step t's action belongs to.
 
@@ -38,7 +40,7 @@ import numpy as np
 
 from unilab.runtime.branching import BranchPlan
 from unilab.runtime.fields import POLICY_EXTRA_FIELDS, obs_group_of
-from unilab.runtime.policy import ActionQueue, Policy, StepExecutor
+from unilab.runtime.policy import ActionQueue, EpisodicPolicy, Policy, StepExecutor
 from unilab.runtime.torch_policy import PolicyModule, as_numpy_policy, own_executor
 from unilab.tasks.base import StepResult, Task
 
@@ -295,6 +297,8 @@ def collect_chunk(
     has_terms, has_metrics = "reward_terms" in out, "task_metrics" in out
     has_bins = "episode_bin" in out
     has_replanned = "replanned" in out
+    has_success = "episode_success" in out
+    episodic = numpy_policy if isinstance(numpy_policy, EpisodicPolicy) else None
     extra_names = [k for k in out if k in POLICY_EXTRA_FIELDS]
     if branching is not None and "branch_point" not in out:
         raise ValueError("branching needs a branch_point field in the chunk")
@@ -304,7 +308,10 @@ def collect_chunk(
         t1 = time.perf_counter()
         result = task.step(action_np)
         t2 = time.perf_counter()
-        queue.episodes_ended(result.terminated | result.truncated)
+        ended = result.terminated | result.truncated
+        queue.episodes_ended(ended)
+        if episodic is not None:
+            episodic.episodes_ended(ended)
         for name, group in obs_fields.items():
             out[name][t] = state.obs[group]
         for group in next_groups:
@@ -327,6 +334,11 @@ def collect_chunk(
         if has_metrics:
             extras = result.extras
             out["task_metrics"][t] = np.stack([extras[k] for k in sorted(extras)], axis=-1)
+        if has_success:
+            success = result.extras.get(SUCCESS_METRIC)
+            out["episode_success"][t] = np.nan
+            if success is not None:
+                out["episode_success"][t, ended] = success[ended]
         if has_bins:
             out["episode_bin"][t] = -1 if result.episode_bin is None else result.episode_bin
         state.obs = result.obs

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from unilab.runtime.policy import ActionChunk, ChunkedPolicy, Policy
+from unilab.runtime.policy import ActionChunk, ChunkedPolicy, EpisodicPolicy, Policy
 
 
 class PolicyModule(nn.Module):
@@ -56,7 +56,15 @@ class NumpyPolicy:
         return int(self.policy.action_horizon)
 
     def _tensors(self, obs: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        return {g: torch.from_numpy(np.ascontiguousarray(obs[g])) for g in self.obs_groups}
+        # Optional groups (a VLA's behaviour token) may be absent; the policy checks the rest.
+        return {
+            g: torch.from_numpy(np.ascontiguousarray(obs[g])) for g in self.obs_groups if g in obs
+        }
+
+    def episodes_ended(self, ended: np.ndarray) -> None:
+        """Forwarded to a policy that keeps per-episode state (`EpisodicPolicy`)."""
+        if isinstance(self.policy, EpisodicPolicy):
+            self.policy.episodes_ended(ended)
 
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> ActionChunk[Any]:
         with torch.no_grad():

@@ -33,6 +33,4 @@ def sim_worker_main(ctx: WorkerContext) -> None:
     rt = cfg.runtime
     branching = BranchPlan.check(rt.branching_k, rt.branching_every, ctx.num_envs)
     n_act = ALGORITHMS.get(cfg.algo.name).algo_cls.rollout_n_act(cfg.algo)
-    run_sim_worker(
-        ctx, task, policy, sync=rt.mode == "sync", n_act=n_act, branching=branching
-    )
+    run_sim_worker(ctx, task, policy, sync=rt.mode == "sync", n_act=n_act, branching=branching)
