@@ -78,7 +78,7 @@ def tiny_cfg(**kw: object) -> FlowPPOConfig:
     )  # fmt: skip
     base: dict[str, object] = dict(
         model=model, critic_warmup=0, num_epochs=4, num_minibatches=2, target_kl=0.0,
-        actor_lr=3e-3, clip=0.2,
+        actor_lr=3e-3, clip=0.2, reward="task",
     )  # fmt: skip
     base.update(kw)
     return FlowPPOConfig(**base)  # type: ignore[arg-type]
@@ -269,3 +269,31 @@ def test_tokens_whose_rollouts_succeed_win_the_schedule_and_the_selector() -> No
     with torch.no_grad():
         picks = learner.actor.select_tokens(probe)
     assert (picks == 1).float().mean() > 0.75  # chance: 1 in 3
+
+
+def test_success_reward_comes_from_episode_ends_and_needs_a_success_metric() -> None:
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    values = {}
+    for reward in ("success", "task"):
+        learner = FlowPPO(
+            tiny_cfg(reward=reward, critic_warmup=100, critic_lr=1e-2), SHAPES, A,
+            torch.device("cpu"),
+        )  # fmt: skip
+        batch = synthetic_batch(learner, 0)
+        batch["reward"] = torch.full_like(batch["reward"], 10.0)  # the shaped reward
+        success = torch.full_like(batch["reward"], float("nan"))
+        success[-1] = 1.0  # every episode ends with success at the last step
+        batch["episode_success"], batch["terminated"] = success, (~success.isnan()).float()
+        for _ in range(30):
+            learner.update(batch)
+        with torch.no_grad():
+            values[reward] = float(learner.critic(batch["obs_critic"]).mean())
+    # success: returns of at most 1 (gamma^k to the success); task: sums of 10s
+    assert 0.3 < values["success"] < 1.5 and values["task"] > 20.0, values
+    shapes = SimpleNamespace(
+        obs_dims={"policy": 6}, obs_shapes={"policy": (6,)}, action_dim=A, task_metrics=[]
+    )
+    with pytest.raises(ConfigError, match="needs a task with a `success` metric"):
+        FlowPPO.rollout_fields(tiny_cfg(reward="success"), shapes)

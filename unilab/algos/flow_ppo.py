@@ -43,6 +43,7 @@ from unilab.algos.chunk_returns import decision_advantages
 from unilab.algos.registry import register_algo
 from unilab.algos.token_schedule import SCHEDULES, TokenSchedule
 from unilab.config.checks import checked
+from unilab.config.errors import ConfigError
 from unilab.config.schema import AlgoConfig
 from unilab.policies.actor_critic import ValueCritic
 from unilab.policies.vla.config import VLAConfig
@@ -96,6 +97,10 @@ class FlowPPOConfig(AlgoConfig):
     """Gradient norm clip (policy and critic separately)."""
     critic_warmup: int = checked(2, ge=0)
     """Iterations that train only the critic."""
+    reward: str = checked("success", choices=("success", "task"))
+    """What the learner maximises: `success`, 1 at the last step of a successful episode
+    and 0 elsewhere (the task's `success` metric; what a VLA is fine-tuned for: shaped
+    rewards can rise while success falls), or `task`, the task's own shaped reward."""
     reward_scale: float = checked(1.0, gt=0.0)
     """Rewards are multiplied by this before the advantages."""
     token_schedule: str = checked("uniform", choices=SCHEDULES)
@@ -231,9 +236,14 @@ class FlowPPO(Algorithm):
         fields["chain"] = ((int(model.num_steps) + 1, h, a), "float32")
         fields["chain_logp"] = ((h,), "float32")
         fields["replanned"] = ((), "float32")
+        if cfg.reward == "success" and "success" not in shapes.task_metrics:
+            raise ConfigError(
+                "algo.reward=success needs a task with a `success` metric; this task reports "
+                f"{shapes.task_metrics}: set algo.reward=task"
+            )
+        fields["episode_success"] = ((), "float32")
         if model.n_tokens:
             fields["token"] = ((), "int64")
-            fields["episode_success"] = ((), "float32")
         return fields
 
     def _load_init(self, init: Path) -> None:
@@ -265,8 +275,12 @@ class FlowPPO(Algorithm):
         with torch.no_grad():
             values = self.critic(batch[f"obs_{group}"])
             next_values = self.critic(batch[f"next_obs_{group}"])
+        if cfg.reward == "success":  # 1 where a successful episode ended, else 0
+            reward = torch.nan_to_num(batch["episode_success"], nan=0.0)
+        else:
+            reward = batch["reward"]
         adv, returns, steps = decision_advantages(
-            batch["reward"] * cfg.reward_scale,
+            reward * cfg.reward_scale,
             batch["terminated"],
             batch["truncated"],
             batch["replanned"],
