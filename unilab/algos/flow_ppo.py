@@ -103,6 +103,10 @@ class FlowPPOConfig(AlgoConfig):
     rewards can rise while success falls), or `task`, the task's own shaped reward."""
     reward_scale: float = checked(1.0, gt=0.0)
     """Rewards are multiplied by this before the advantages."""
+    use_tokens: bool = True
+    """Explore under exploration tokens when the init run has them (`model.n_tokens` > 0);
+    false: every rollout runs the null token (the same checkpoint without tokens, the
+    comparison the ExToken recipe is judged by)."""
     token_schedule: str = checked("uniform", choices=SCHEDULES)
     """With exploration tokens (the init run's `model.n_tokens` > 0): how rollout episodes
     pick theirs (`unilab.algos.token_schedule`): uniform, count, bandit."""
@@ -134,7 +138,8 @@ class FlowPPOConfig(AlgoConfig):
         if vocabulary and self.vocab_size == 0:
             self.vocab_size = len(vocabulary)
         self.model.flow_noise = True
-        self.model.rollout_tokens = self.model.token_selector = self.model.n_tokens > 0
+        tokens = self.use_tokens and self.model.n_tokens > 0
+        self.model.rollout_tokens = self.model.token_selector = tokens
         self.model.noise_std_min, self.model.noise_std_max = self.noise_std_min, self.noise_std_max
         if self.n_act:
             self.model.n_act = self.n_act
@@ -204,7 +209,7 @@ class FlowPPO(Algorithm):
         self.selector_optimizer = (
             torch.optim.Adam(selector.parameters(), lr=cfg.selector_lr) if selector else None
         )
-        self.tokens = int(self.actor.cfg.n_tokens)
+        self.tokens = int(self.actor.cfg.n_tokens) if self.actor.cfg.rollout_tokens else 0
         self.schedule = TokenSchedule(
             max(1, self.tokens), cfg.token_schedule, decay=cfg.token_decay, floor=cfg.token_floor
         )
@@ -242,7 +247,7 @@ class FlowPPO(Algorithm):
                 f"{shapes.task_metrics}: set algo.reward=task"
             )
         fields["episode_success"] = ((), "float32")
-        if model.n_tokens:
+        if model.n_tokens and model.rollout_tokens:
             fields["token"] = ((), "int64")
         return fields
 
