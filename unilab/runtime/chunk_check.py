@@ -30,8 +30,8 @@ from unilab.runtime.ring_layout import SlotHeader
 
 log = logging.getLogger("unilab.runtime")
 
-NAN_ALLOWED: frozenset[str] = frozenset({"episode_return"})
-"""Fields that hold NaN by design (episode_return: NaN where no episode ended)."""
+NAN_ALLOWED: frozenset[str] = frozenset({"episode_return", "episode_success"})
+"""Fields that hold NaN by design (NaN where no episode ended)."""
 LOGGED_VIOLATIONS = 10
 """Violations logged one by one; later ones are only counted."""
 
