@@ -17,6 +17,9 @@ execute chunks the same way.
   running weighted sums over a sliding window. m > 0 favours older predictions (ACT's
   choice, m = 0.01), m = 0 averages, m < 0 favours newer ones. Use it with small `n_act`
   (ACT re-plans every step).
+- `noise_temperature` scales the initial noise of every plan (1.0: the flow's own N(0, I);
+  below 1 draws closer to the mode, 0 is the deterministic chunk). The random stream is
+  the same at every temperature, so runs that differ only in it see the same draws.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class ChunkExecutor:
         n_act: int,
         ensemble_decay: float | None = None,
         seed: int = 0,
+        noise_temperature: float = 1.0,
     ) -> None:
         if num_envs < 1 or horizon < 1 or action_dim < 1:
             raise ValueError(
@@ -46,6 +50,10 @@ class ChunkExecutor:
             )
         if not 1 <= n_act <= horizon:
             raise ValueError(f"n_act must be in [1, horizon={horizon}], got {n_act}")
+        if not (np.isfinite(noise_temperature) and noise_temperature >= 0):
+            raise ValueError(
+                f"noise_temperature must be a finite number >= 0, got {noise_temperature}"
+            )
         self.plan = plan
         self.num_envs = num_envs
         self.horizon = horizon
@@ -53,6 +61,7 @@ class ChunkExecutor:
         self.n_act = n_act
         self.ensemble_decay = ensemble_decay
         self.seed = seed
+        self.noise_temperature = float(noise_temperature)
         self.rng = np.random.default_rng(seed)
         self._chunk = np.zeros((num_envs, horizon, action_dim), np.float32)
         self._since_plan = np.full(num_envs, n_act, np.int64)  # n_act: plan on next call
@@ -86,6 +95,8 @@ class ChunkExecutor:
             noise = self.rng.standard_normal(
                 (need.size, self.horizon, self.action_dim), dtype=np.float32
             )
+            if self.noise_temperature != 1.0:
+                noise *= np.float32(self.noise_temperature)
             chunks = np.asarray(self.plan(sub, noise), dtype=np.float32)
             want = (need.size, self.horizon, self.action_dim)
             if chunks.shape != want:

@@ -12,6 +12,13 @@ from unilab.config.errors import ConfigError
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", nargs="?", help="run directory")
     p.add_argument("--out", help="output directory (default: <run>/export)")
+    p.add_argument(
+        "--inference-settings",
+        metavar="FILE",
+        help="VLA runs: a `unilab tune-inference` report (its chosen settings) or a JSON "
+        "object {setting: value}; n_act, ensemble_decay, noise_temperature and best_of_n "
+        "go into the ONNX metadata deploy reads, guidance_scale into the graph",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -20,13 +27,31 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.run:
         raise ConfigError("unilab export needs a run directory")
+    settings = None
+    if args.inference_settings:
+        settings = read_settings(args.inference_settings)
     try:
-        paths = export_run(Path(args.run), Path(args.out) if args.out else None)
+        paths = export_run(Path(args.run), Path(args.out) if args.out else None, settings)
     except RunDirError as exc:
         raise ConfigError(str(exc)) from None
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0
+
+
+def read_settings(path: str) -> dict[str, object]:
+    """The inference settings in a tune report or a JSON object file; a ConfigError if not."""
+    import json
+
+    from unilab.deploy.tune_inference import TuneError, settings_of
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        if not isinstance(doc, dict):
+            raise TuneError(f"expected a JSON object, got {type(doc).__name__}")
+        return dict(settings_of(doc))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--inference-settings {path}: {exc}") from None
 
 
 VERBS = [

@@ -63,6 +63,13 @@ class OnnxVLAPolicy:
         )
 
         self._rng = np.random.default_rng(0)
+        self.notes: list[str] = []
+        """Exported settings this runner does not apply (read them before trusting a run)."""
+        if meta.best_of_n > 1:
+            self.notes.append(
+                f"best_of_n={meta.best_of_n} is recorded but not applied: the graph holds no "
+                "value heads to rank candidates, so one chunk is planned per re-plan"
+            )
 
     @property
     def horizon(self) -> int:
@@ -162,8 +169,10 @@ class OnnxVLAPolicy:
         seed: int = 0,
         n_act: int | None = None,
         ensemble_decay: float | None = None,
+        noise_temperature: float | None = None,
     ) -> ChunkExecutor:
-        """A per-step executor with the exported n_act / ensembling unless overridden."""
+        """A per-step executor with the exported n_act / ensembling / noise temperature
+        unless overridden."""
         meta = self.metadata
         return ChunkExecutor(
             self.plan,
@@ -173,4 +182,5 @@ class OnnxVLAPolicy:
             meta.n_act if n_act is None else n_act,
             meta.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
+            meta.noise_temperature if noise_temperature is None else noise_temperature,
         )

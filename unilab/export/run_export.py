@@ -11,14 +11,22 @@ H, K, n_act, ensembling) and metadata.json; no TorchScript file, since ONNX expr
 whole policy and `unilab deploy` runs it without torch. Only a checked export replaces the
 previous files (each fsynced and renamed into place), so a failed or interrupted export
 leaves the last good one; `remove_leftovers` cleans a crashed export's folder.
+
+`inference_settings` (a VLA; what `unilab tune-inference` chose): `n_act`,
+`ensemble_decay`, `noise_temperature` and `best_of_n` go into the VLA metadata, which
+deploy's chunk executor reads; `guidance_scale` is compiled into the graph (1.0, the
+conditional policy alone, exports without the unconditional branch).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +45,14 @@ TORCHSCRIPT_NAME = "policy.pt"
 METADATA_NAME = "metadata.json"
 
 
-def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+INFERENCE_SETTINGS = ("n_act", "ensemble_decay", "noise_temperature", "guidance_scale", "best_of_n")
+
+
+def export_run(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    inference_settings: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
     """Export a run's policy; returns {"onnx": ..., "torchscript": ..., "metadata": ...}
     ("torchscript" only for the MLP policies).
 
@@ -54,8 +69,13 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
     staging.mkdir()
     try:
         if isinstance(policy.actor, VLAPolicy):
-            kinds = _export_vla(policy, staging, out)
+            kinds = _export_vla(policy, staging, out, inference_settings or {})
         else:
+            if inference_settings:
+                raise ExportError(
+                    "inference settings apply to chunked VLA policies; this run's policy is "
+                    f"{type(policy.actor).__name__}"
+                )
             kinds = _export_mlp(policy, staging, out)
         written = {}
         for kind, name in kinds:
@@ -68,9 +88,51 @@ def export_run(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _export_vla(policy: RunPolicy, staging: Path, out: Path) -> list[tuple[str, str]]:
+def _execution(actor: VLAPolicy, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check `settings` and apply guidance to the actor; -> the metadata keyword arguments."""
+    unknown = sorted(set(settings) - set(INFERENCE_SETTINGS))
+    if unknown:
+        raise ExportError(
+            f"unknown inference settings {unknown}; known: {', '.join(INFERENCE_SETTINGS)}"
+        )
+    if "guidance_scale" in settings:
+        scale = settings["guidance_scale"]
+        scale = None if scale is None or float(scale) == 1.0 else float(scale)
+        if scale is not None and not any(
+            c in actor.prefix.conditions for c in actor.cfg.guidance_drop
+        ):
+            raise ExportError(
+                f"guidance_scale={scale} needs a condition to drop; the model has "
+                f"{actor.condition_names or 'none'}"
+            )
+        actor.cfg = dataclasses.replace(actor.cfg, guidance_scale=scale)
+    if int(settings.get("best_of_n", 1)) > 1:
+        try:
+            actor.check_best_of_n()
+        except ValueError as exc:
+            raise ExportError(f"best_of_n: {exc}") from None
+    kwargs: dict[str, Any] = {}
+    if "n_act" in settings:
+        n_act = int(settings["n_act"])
+        if not 1 <= n_act <= actor.horizon:
+            raise ExportError(f"n_act={n_act} must be in [1, {actor.horizon}]")
+        kwargs["n_act"] = n_act
+    if "ensemble_decay" in settings:
+        decay = settings["ensemble_decay"]
+        kwargs["ensemble_decay"] = None if decay is None else float(decay)
+    if "noise_temperature" in settings:
+        kwargs["noise_temperature"] = float(settings["noise_temperature"])
+    if "best_of_n" in settings:
+        kwargs["best_of_n"] = int(settings["best_of_n"])
+    return kwargs
+
+
+def _export_vla(
+    policy: RunPolicy, staging: Path, out: Path, settings: Mapping[str, Any]
+) -> list[tuple[str, str]]:
     actor = policy.actor
     assert isinstance(actor, VLAPolicy)
+    execution = _execution(actor, settings)
     size = actor.inputs.vocab_size
     vocabulary = list(policy.vocabulary[:size]) if len(policy.vocabulary) >= size else []
     meta = policy.metadata
@@ -81,10 +143,11 @@ def _export_vla(policy: RunPolicy, staging: Path, out: Path) -> list[tuple[str, 
             probes=64,
             base=meta,
             vocabulary=vocabulary,
+            **execution,
         )
     except ExportError as exc:
         raise ExportError(f"{out / ONNX_NAME}: {exc}; the previous export is kept") from None
-    record = json.loads(vla_metadata(actor, vocabulary=vocabulary).to_json())
+    record = json.loads(vla_metadata(actor, vocabulary=vocabulary, **execution).to_json())
     doc = {**json.loads(meta.to_json()), VLA_KEY: record, "onnx_max_abs_diff": diff}
     (staging / METADATA_NAME).write_text(json.dumps(doc, indent=2) + "\n")
     return [("onnx", ONNX_NAME), ("metadata", METADATA_NAME)]

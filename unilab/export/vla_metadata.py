@@ -1,6 +1,7 @@
 """What an exported VLA carries besides its weights: its inputs (camera names and sizes,
 proprioception width, instruction length, vocabulary), chunking (H, K, n_act, temporal
-ensembling), guidance and the ONNX input names.
+ensembling), guidance, the tuned inference settings (noise temperature, best-of-N) and the
+ONNX input names.
 
 Stored as one JSON string under the ONNX metadata key `vla`, beside the `PolicyMetadata`
 keys of `unilab.export.metadata` (robot, joints, gains, control period, ...) when the
@@ -62,6 +63,13 @@ class VLAMetadata:
     """Classifier-free guidance inside the graph (None: conditional only)."""
     ensemble_decay: float | None = None
     """Temporal-ensembling decay m for chunked execution (None: off)."""
+    noise_temperature: float = 1.0
+    """Scale of the flow's initial noise at execution (1.0: N(0, I); `unilab tune-inference`
+    may choose another). Files without it read as 1.0."""
+    best_of_n: int = 1
+    """Candidate chunks per re-plan ranked by the value heads, as tuned on the torch policy.
+    The graph holds no value heads, so the onnxruntime runner plans one candidate and
+    reports this as not applied (`OnnxVLAPolicy.notes`). Files without it read as 1."""
     format_version: int = VLA_FORMAT_VERSION
 
     def to_json(self) -> str:

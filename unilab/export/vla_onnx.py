@@ -139,6 +139,8 @@ def vla_metadata(
     vocabulary: Sequence[str] = (),
     n_act: int | None = None,
     ensemble_decay: float | None = None,
+    noise_temperature: float = 1.0,
+    best_of_n: int = 1,
 ) -> VLAMetadata:
     spec, cfg = policy.inputs, policy.cfg
     if vocabulary and len(vocabulary) != spec.vocab_size:
@@ -166,6 +168,8 @@ def vla_metadata(
         advantage=cfg.advantage,
         guidance_scale=cfg.guidance_scale,
         ensemble_decay=ensemble_decay,
+        noise_temperature=float(noise_temperature),
+        best_of_n=int(best_of_n),
     )
 
 
@@ -177,17 +181,29 @@ def export_vla_onnx(
     vocabulary: Sequence[str] = (),
     n_act: int | None = None,
     ensemble_decay: float | None = None,
+    noise_temperature: float = 1.0,
+    best_of_n: int = 1,
     exporter: str = "torchscript",
 ) -> Path:
     """Write `policy`'s deterministic chunk graph to `path`; `base` adds the robot/task
-    metadata (`PolicyMetadata` keys) beside the VLA record. `exporter`: torchscript (the
-    default, seconds) or dynamo (minutes on the unrolled graph; see `EXPORTERS`)."""
+    metadata (`PolicyMetadata` keys) beside the VLA record. `n_act`, `ensemble_decay`,
+    `noise_temperature` and `best_of_n` are execution settings recorded in the metadata
+    (guidance is in the graph: set `policy.cfg.guidance_scale` before exporting).
+    `exporter`: torchscript (the default, seconds) or dynamo (minutes on the unrolled
+    graph; see `EXPORTERS`)."""
     if exporter not in EXPORTERS:
         raise ExportError(f"unknown exporter {exporter!r}; valid: {', '.join(EXPORTERS)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     policy = policy.to("cpu").eval()
-    meta = vla_metadata(policy, vocabulary=vocabulary, n_act=n_act, ensemble_decay=ensemble_decay)
+    meta = vla_metadata(
+        policy,
+        vocabulary=vocabulary,
+        n_act=n_act,
+        ensemble_decay=ensemble_decay,
+        noise_temperature=noise_temperature,
+        best_of_n=best_of_n,
+    )
     keys = graph_keys(policy)
     example = example_inputs(policy)
     args = tuple(example[k] for k in keys)
