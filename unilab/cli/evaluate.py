@@ -7,7 +7,13 @@ import json
 import sys
 
 from unilab.cli.options import add_overrides, positive, split_items
-from unilab.cli.play import execution_arguments, execution_options, load_target
+from unilab.cli.play import (
+    alert_arguments,
+    alert_options,
+    execution_arguments,
+    execution_options,
+    load_target,
+)
 from unilab.cli.verb import Verb
 from unilab.config.errors import ConfigError
 
@@ -52,6 +58,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="start every env from stored env states (a directory --save-failures wrote, or "
         "one .npz) instead of a reset: a targeted evaluation",
     )
+    alert_arguments(p)
     p.add_argument("--out", help="write the JSON here instead of to stdout")
     add_overrides(p, target="RUN")
 
@@ -75,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             states = load_states(args.from_states)
         except (OSError, ValueError) as err:
             raise ConfigError(f"--from-states {args.from_states}: {err}") from None
+    alerts = alert_options(args, policy)
     report = evaluate(
         policy,
         task_cfg,
@@ -86,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         before_s=args.before_s,
         start_states=states,
         start_source=args.from_states or "",
+        alerts=alerts,
         **execution_options(args),  # type: ignore[arg-type]
     )
     text = json.dumps(report, indent=2) + "\n"
@@ -99,6 +108,14 @@ def _run(args: argparse.Namespace) -> int:
         + "".join(f"; {k} {v:.4g}" for k, v in report.get("metrics", {}).items()),
         file=sys.stderr,
     )
+    if "alerts" in report:
+        a = report["alerts"]
+        print(
+            f"alerts: precision {_num(a['precision'])}, recall {_num(a['recall'])}, lead "
+            f"mean {_num(a['mean_lead_s'])} s / median {_num(a['median_lead_s'])} s over "
+            f"{a['failed_episodes']} failed episodes ({a['alerted_episodes']} alerted)",
+            file=sys.stderr,
+        )
     if "failure_states" in report:
         saved = report["failure_states"]
         print(f"failure states: {saved['count']} in {saved['dir']}", file=sys.stderr)
@@ -112,6 +129,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 VERBS = [
     Verb(
         "eval",
@@ -122,7 +143,9 @@ VERBS = [
         "over-counted); report mean and std of return and length, success rate and "
         "termination reasons as JSON (schema unilab.eval/1, unilab/deploy/evaluate.py). "
         "Chunked policies (the VLA) execute n_act actions per chunk (--n-act, "
-        "--ensemble-decay); the flow's noise of each seed's episodes comes from that seed.",
+        "--ensemble-decay); the flow's noise of each seed's episodes comes from that seed. "
+        "--alerts (runs with value heads) raises live failure alerts from the policy's "
+        "predicted success and progress and reports their precision, recall and lead time.",
         order=12,
     )
 ]

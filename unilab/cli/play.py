@@ -12,6 +12,8 @@ from unilab.cli.verb import Verb
 from unilab.config.errors import ConfigError
 
 if TYPE_CHECKING:
+    from unilab.deploy.failure_alerts import Alert
+    from unilab.deploy.live_alerts import AlertOptions
     from unilab.deploy.policy_source import LoadedPolicy
 
 
@@ -42,6 +44,44 @@ def execution_options(args: argparse.Namespace) -> dict[str, float | int | None]
     return {"n_act": args.n_act, "ensemble_decay": args.ensemble_decay}
 
 
+def alert_arguments(p: argparse.ArgumentParser) -> None:
+    """Live failure alerts from a VLA's value heads (unilab.deploy.live_alerts)."""
+    p.add_argument(
+        "--alerts",
+        action="store_true",
+        help="VLA runs with value heads: raise failure alerts from the policy's predicted "
+        "success and progress at each re-plan",
+    )
+    p.add_argument(
+        "--alert-threshold",
+        type=float,
+        default=0.2,
+        help="--alerts: alert when predicted P(success) falls below this (default 0.2)",
+    )
+    p.add_argument(
+        "--alert-stall-s",
+        type=float,
+        default=5.0,
+        help="--alerts: alert when predicted progress has not risen for this long (s; default 5.0)",
+    )
+
+
+def alert_options(args: argparse.Namespace, policy: LoadedPolicy) -> AlertOptions | None:
+    """The checked `AlertOptions` of `alert_arguments` (None without --alerts); a
+    ConfigError for a policy without value heads."""
+    from unilab.deploy.live_alerts import AlertOptions, NoValueHeadsError, value_policy
+
+    if not args.alerts:
+        return None
+    options = AlertOptions(float(args.alert_threshold), float(args.alert_stall_s))
+    try:
+        options.check()
+        value_policy(policy.policy)
+    except (NoValueHeadsError, ValueError) as exc:
+        raise ConfigError(f"--alerts: {exc}") from None
+    return options
+
+
 def rollout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=1, help="episodes to run")
     p.add_argument(
@@ -59,6 +99,7 @@ def rollout_arguments(p: argparse.ArgumentParser) -> None:
         help="chunked policies: seed of the flow's sampling noise (default: --seed)",
     )
     execution_arguments(p)
+    alert_arguments(p)
     p.add_argument(
         "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
     )
@@ -109,7 +150,10 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
     record = [t.split("=", 1)[1] for t in items if t.startswith("record=")]
     overrides = [t for t in items if not t.startswith("record=")]
     policy: LoadedPolicy | ExpertSource
+    alerts = None
     if target == EXPERT:
+        if args.alerts:
+            raise ConfigError(f"unilab {verb} expert: --alerts needs a policy with value heads")
         policy = ExpertSource()
         task_cfg, sim_cfg = _expert_configs(overrides, verb)
         task_name = task_cfg.name  # type: ignore[attr-defined]
@@ -117,6 +161,7 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         stem = "expert"
     else:
         policy = load_target(target, verb)
+        alerts = alert_options(args, policy)
         assert target is not None
         meta = policy.metadata
         task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)
@@ -140,6 +185,8 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         height=args.height,
         record=record[-1] if record else None,
         noise_seed=args.noise_seed,
+        alerts=alerts,
+        on_alert=_print_alert if alerts is not None else None,
         **execution_options(args),  # type: ignore[arg-type]
     )
     if record:
@@ -148,11 +195,19 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         print(f"unilab {verb}: {note}", file=sys.stderr)
     returns = [round(e["return"], 4) for e in result.episodes]
     print(f"{len(result.episodes)} episodes, returns {returns}, {result.steps} steps")
+    if alerts is not None:
+        print(f"{len(result.alerts)} failure alerts (listed in the summary)")
     for label, path in (("video", result.video), ("recording", result.rrd)):
         if path:
             print(f"{label}: {path}")
     print(f"summary: {out / 'media' / (name + '.json')}")
     return 0
+
+
+def _print_alert(alert: Alert) -> None:
+    from unilab.deploy.live_alerts import format_alert
+
+    print(format_alert(alert), file=sys.stderr, flush=True)
 
 
 def _play_arguments(p: argparse.ArgumentParser) -> None:

@@ -33,6 +33,13 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
                       (unilab.deploy.failure_states; index.json in dir lists them)
     start_states      (optional, --from-states) {"source", "count"}: every env started from
                       a stored state (env i from state i mod count) instead of a reset
+    alerts            (optional, --alerts; policies with value heads) {"success_threshold",
+                      "stall_seconds", "stall_epsilon", "precision", "recall",
+                      "mean_lead_s", "median_lead_s" (each a number or null when
+                      undefined), "alerted_episodes", "failed_episodes", "true_alerts",
+                      "by_kind": {kind: count}, "predictions"}: live failure alerts from the
+                      policy's value heads at each re-plan, scored against the outcomes
+                      (unilab.deploy.live_alerts)
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ from typing import Any
 import numpy as np
 
 from unilab.config.schema import SimConfig, TaskConfig
+from unilab.deploy.live_alerts import AlertMonitor, AlertOptions, alerts_report
 from unilab.deploy.policy_source import LoadedPolicy, baseline_policy
-from unilab.runtime.rollout import SUCCESS_METRIC, rollout
+from unilab.runtime.rollout import SUCCESS_METRIC, StepInfo, rollout
 from unilab.tasks.base import EnvState
 
 SCHEMA = "unilab.eval/1"
@@ -73,6 +81,7 @@ def evaluate(
     before_s: float = 1.0,
     start_states: Sequence[EnvState] | None = None,
     start_source: str = "",
+    alerts: AlertOptions | None = None,
 ) -> dict[str, Any]:
     """Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
     ensembling (default: the policy's own settings); the noise seed is the task seed.
@@ -80,6 +89,8 @@ def evaluate(
     `save_failures`: a directory for the env state about `before_s` seconds before each
     failed episode's end. `start_states`: start env i from state i mod len(start_states)
     (saved by a task of the same config) instead of a fresh reset: a targeted evaluation.
+    `alerts`: live failure alerts from the policy's value heads (`AlertMonitor`), scored
+    in the report's `alerts` entry; a `NoValueHeadsError` for a policy without them.
     """
     from unilab.deploy.failure_states import FailureStateRecorder, restore_states, write_index
     from unilab.runtime.torch_policy import own_executor
@@ -92,6 +103,13 @@ def evaluate(
     t0 = time.perf_counter()
     if start_states is not None and not start_states:
         raise ValueError("start_states is empty: give at least one env state")
+    if alerts is not None:
+        if kind != "trained":
+            raise ValueError(f"alerts need the trained policy's value heads, not {kind!r}")
+        from unilab.deploy.live_alerts import value_policy
+
+        value_policy(policy.policy)  # fail before any episode runs
+    monitors: list[AlertMonitor] = []
     rows: list[dict[str, Any]] = []
     saved: list[dict[str, Any]] = []
     has_success = False
@@ -104,6 +122,10 @@ def evaluate(
             if save_failures is not None
             else None
         )
+        hooks: list[Any] = [] if recorder is None else [recorder]
+        if alerts is not None:
+            monitors.append(AlertMonitor(chosen, episodes, task.control_dt, alerts))
+            hooks.append(monitors[-1])
         obs = None
         if start_states is not None:
             task.reset()
@@ -117,7 +139,7 @@ def evaluate(
             n_act=n_act if chunked else None,
             ensemble_decay=ensemble_decay if chunked else None,
             noise_seed=int(seed),
-            on_step=recorder,
+            on_step=_chain(hooks),
             obs=obs,
         )
         if recorder is not None:
@@ -153,6 +175,8 @@ def evaluate(
         }
     if start_states is not None:
         report["start_states"] = {"source": start_source, "count": len(start_states)}
+    if alerts is not None:
+        report["alerts"] = alerts_report(monitors, alerts)
     executor = own_executor(policy.policy) if kind == "trained" else None
     if executor is not None:
         probe = executor.executor(1, n_act=n_act, ensemble_decay=ensemble_decay)
@@ -163,6 +187,20 @@ def evaluate(
         }
     validate_report(report)
     return report
+
+
+def _chain(hooks: list[Any]) -> Any:
+    """One `on_step` hook calling each of `hooks` in order (None when there are none)."""
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def on_step(info: StepInfo) -> None:
+        for hook in hooks:
+            hook(info)
+
+    return on_step
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -309,5 +347,34 @@ def validate_report(report: Any) -> None:
         isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in reasons.items()
     ):
         problems.append("termination_reasons must map reason names to non-negative counts")
+    if "alerts" in report:
+        _check_alerts(report["alerts"], problems)
     if problems:
         raise EvalSchemaError("eval report does not follow " + SCHEMA + ": " + "; ".join(problems))
+
+
+def _check_alerts(value: Any, problems: list[str]) -> None:
+    """The optional `alerts` entry: rates in [0, 1] or null, lead times >= 0 or null,
+    counts non-negative with true alerts at most the alerted and the failed episodes."""
+    if not isinstance(value, dict):
+        problems.append(f"report.alerts is {type(value).__name__}, expected an object")
+        return
+    for key in ("precision", "recall"):
+        _check_rate(value.get(key, "missing"), f"alerts.{key}", problems)
+    for key in ("mean_lead_s", "median_lead_s"):
+        lead = value.get(key, "missing")
+        if lead is not None and not (
+            isinstance(lead, int | float) and not isinstance(lead, bool) and 0.0 <= lead < math.inf
+        ):
+            problems.append(f"alerts.{key} must be null or a number >= 0, got {lead!r}")
+    counts = {}
+    for key in ("alerted_episodes", "failed_episodes", "true_alerts"):
+        count = value.get(key)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            problems.append(f"alerts.{key} must be a count >= 0, got {count!r}")
+        else:
+            counts[key] = count
+    if len(counts) == 3 and counts["true_alerts"] > min(
+        counts["alerted_episodes"], counts["failed_episodes"]
+    ):
+        problems.append("alerts.true_alerts exceeds the alerted or the failed episodes")

@@ -14,6 +14,12 @@ looks). Other tasks get small renders of their model cameras in the `.rrd`.
 The policy is a run directory / ONNX file (`LoadedPolicy`) or the task's scripted expert
 (`ExpertSource`), whose episodes are seeded `seed, seed + 1, ...` as `unilab collect`
 seeds them: `--seed S` replays the collected episode with seed S.
+
+Failure alerts (`alerts`, a VLA with value heads): the value heads' P(success) and
+progress at each re-plan feed a `FailureAlerter` (`unilab.deploy.live_alerts`); each alert
+goes to `on_alert` as it is raised (the CLI prints it) and into the summary's `alerts`,
+and env 0's predictions and alerts are Rerun scalars in the recording
+(`state/value_success/0`, `state/value_progress/0`, `state/alert/0`: 1 at an alert step).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import copy
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,8 @@ import mujoco
 import numpy as np
 
 from unilab.config.schema import SimConfig, TaskConfig
+from unilab.deploy.failure_alerts import Alert
+from unilab.deploy.live_alerts import AlertMonitor, AlertOptions
 from unilab.deploy.policy_source import LoadedPolicy
 from unilab.runtime.policy import Policy
 from unilab.runtime.rollout import StepInfo, rollout
@@ -70,6 +78,8 @@ class PlayResult:
     """Frames of env 0 in the recording: steps + 1 (the start state)."""
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """Failure alerts raised (with `alerts`): env, episode, step, time_s, kind, value."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,11 +141,14 @@ def play(
     n_act: int | None = None,
     ensemble_decay: float | None = None,
     noise_seed: int | None = None,
+    alerts: AlertOptions | None = None,
+    on_alert: Callable[[Alert], None] | None = None,
 ) -> PlayResult:
     """`record`: an episode store path; the finished episodes are appended to it.
     Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
     ensembling (default: the policy's own settings), the flow's noise drawn from
-    `noise_seed` (default: `seed`)."""
+    `noise_seed` (default: `seed`). `alerts`: live failure alerts from the policy's value
+    heads, each passed to `on_alert` when raised (`NoValueHeadsError` without them)."""
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -146,13 +159,24 @@ def play(
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     actor = _actor(policy, task, seed)
+    monitor = None
+    if alerts is not None:
+        try:
+            monitor = AlertMonitor(actor, envs, task.control_dt, alerts, on_alert)
+        except ValueError:
+            task.close()
+            raise
+    value_attrs = ["value_success", "value_progress", "alert"] if monitor is not None else []
     spec = task.observation_spec()
     views = [g for g in spec if g.startswith(IMAGE_PREFIX)]
     media_dir.mkdir(parents=True, exist_ok=True)
     result = PlayResult(task_cfg.name, policy.kind, policy.source, seed, envs, 0, [])
     recorder = (
         RolloutRecorder(
-            task.model, _action_names(task), list(task.reward_weights), task.state_attrs
+            task.model,
+            _action_names(task),
+            list(task.reward_weights),
+            [*task.state_attrs, *value_attrs],
         )
         if rerun
         else None
@@ -180,13 +204,32 @@ def play(
 
     def on_step(info: StepInfo) -> None:
         out = info.result
+        extra: dict[str, float] = {}
+        if monitor is not None:
+            before = len(monitor.alerts)
+            monitor(info)
+            raised = any(a.env == 0 for a in monitor.alerts[before:])
+            extra = {
+                "value_success": float(monitor.success[0]),
+                "value_progress": float(monitor.progress[0]),
+                "alert": float(raised),
+            }
         if store is not None:
-            store.add(info.obs, info.actions, out.reward, out.terminated, out.truncated)
+            store.add(
+                info.obs,
+                info.actions,
+                out.reward,
+                out.terminated,
+                out.truncated,
+                success=out.extras.get("success"),  # the episode outcome, as metadata
+            )
         film.capture(out.obs)
         if recorder is not None:
             terms = {k: float(v[0]) for k, v in out.reward_terms.items()}
             images = film.camera_images(out.obs)
-            _record(recorder, task, info.step, info.actions[0], terms, env0_episode[0], images)
+            _record(
+                recorder, task, info.step, info.actions[0], terms, env0_episode[0], images, extra
+            )
         if out.terminated[0] or out.truncated[0]:
             env0_episode[0] += 1
 
@@ -205,6 +248,8 @@ def play(
     finally:
         task.close()
     result.episodes = [e.to_dict() for e in ran.episodes]
+    if monitor is not None:
+        result.alerts = [asdict(a) for a in monitor.alerts]
     step = ran.steps
     result.steps = step
     if store is not None:
@@ -234,8 +279,11 @@ def _record(
     terms: dict[str, float] | None,
     episode: int,
     images: dict[str, bytes | np.ndarray],
+    extra: dict[str, float] | None = None,
 ) -> None:
     sim = task.sim
+    state = {name: np.asarray(getattr(task, name))[0] for name in task.state_attrs}
+    state.update({k: np.asarray(v) for k, v in (extra or {}).items()})
     recorder.add(
         step,
         step * task.control_dt,
@@ -244,7 +292,7 @@ def _record(
         sim.qpos[0],
         action,
         terms,
-        {name: np.asarray(getattr(task, name))[0] for name in task.state_attrs},
+        state,
         episode,
         images,
     )
