@@ -59,6 +59,10 @@ class VLAConfig:
     """Classifier-free guidance v = v_u + s (v_c - v_u) at inference; None: conditional only."""
     guidance_drop: list[str] = field(default_factory=lambda: ["advantage"])
     """Conditions nulled in the unconditional branch of guidance (token, advantage)."""
+    inference_advantage: int | None = None
+    """The advantage indicator the policy reads when an observation carries none (play,
+    eval, rollouts, deploy): 1 acts as the positive-advantage policy (what `awr_flow` sets:
+    RECAP), None: null. An explicit `advantage` input (training batches, -1) wins."""
     rollout_tokens: bool = False
     """Rollouts explore under one behaviour token per episode, drawn per env from the
     `token_sampler.probs` the learner publishes (`flow_ppo` with `n_tokens` > 0)."""
@@ -108,6 +112,10 @@ class VLAConfig:
         for name in ("token_dropout", "advantage_dropout"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 problems.append(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.inference_advantage not in (None, -1, 0, 1):
+            problems.append(
+                f"inference_advantage must be 1, 0, -1 or None, got {self.inference_advantage}"
+            )
         bad = [c for c in self.guidance_drop if c not in CONDITIONS]
         if bad:
             problems.append(f"guidance_drop {bad} not among {list(CONDITIONS)}")

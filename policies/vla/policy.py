@@ -189,10 +189,21 @@ class VLAPolicy(PolicyModule):
         nulls: Sequence[str] = (),
         generator: torch.Generator | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Embedding rows of each enabled condition; absent or listed in `nulls`: null."""
+        """Embedding rows of each enabled condition; listed in `nulls`: null; absent: null,
+        except an absent `advantage` with `cfg.inference_advantage` set (RECAP: play, eval
+        and deploy act as the positive-advantage policy)."""
         rows = {}
+        default = self.cfg.inference_advantage
         for name, cond in self.prefix.conditions.items():
-            if name in nulls or name not in obs:
+            if (
+                name == "advantage"
+                and name not in obs
+                and name not in nulls
+                and default is not None
+            ):
+                fill = torch.full((n,), int(default), dtype=torch.int64, device=self.device)
+                rows[name] = cond.index(fill, drop, generator)
+            elif name in nulls or name not in obs:
                 rows[name] = torch.full((n,), cond.null, dtype=torch.int64, device=self.device)
             else:
                 rows[name] = cond.index(obs[name], drop, generator)

@@ -11,7 +11,8 @@ Any frame source works that has `len()`, `batch(items) -> dict[str, Tensor]` and
 this module does not import `unilab.data` (it sits below it in the layers).
 
 The held-out split is by episode (frames of one episode never sit on both sides),
-deterministic for a seed. Batches are drawn uniformly from the training items; the batch
+deterministic for a seed. Batches are drawn uniformly from the training items (a learner
+with `draw_items` draws them itself, e.g. `awr_flow` by advantage); the batch
 of learner step s comes from its own `numpy` stream seeded by (seed, s), so a run resumed
 at step s draws exactly the batches the uninterrupted run would have. They are built on a
 background thread (`prefetch` batches ahead: reading images overlaps the gradient step) and
@@ -68,6 +69,8 @@ class FrameSource(Protocol):
 
 
 MetricsHook = Callable[[int, dict[str, float]], None]
+ItemDraw = Callable[[np.ndarray, int, int, int], np.ndarray]
+"""(training items, batch size, seed, step) -> the batch's items (`batch_items` signature)."""
 
 
 @dataclass
@@ -138,8 +141,10 @@ class _Prefetcher:
         seed: int,
         depth: int,
         first_step: int = 0,
+        draw: ItemDraw | None = None,
     ):
         self.frames, self.items, self.size, self.seed = frames, items, size, seed
+        self.draw: ItemDraw = batch_items if draw is None else draw
         self.next_step = first_step
         self.depth = depth
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
@@ -151,7 +156,7 @@ class _Prefetcher:
 
     def _make(self) -> dict[str, torch.Tensor]:
         step, self.next_step = self.next_step, self.next_step + 1
-        return self.frames.batch(batch_items(self.items, self.size, self.seed, step))
+        return self.frames.batch(self.draw(self.items, self.size, self.seed, step))
 
     def _run(self) -> None:
         while not self.stop.is_set():
@@ -247,8 +252,21 @@ class OfflineTrainer:
         if learner.step == 0:
             learner.seed(self.seed)
             fit_normalizers(learner, self.frames, self.train_items, self.stats_frames, self.seed)
+        # A learner that weighs frames (`awr_flow`) looks at them first and then draws the
+        # batches itself: `prepare_frames(frames, train_items, seed)` and `draw_items` with
+        # the signature of `batch_items` (a function of (seed, step): resume stays exact).
+        prepare = getattr(learner, "prepare_frames", None)
+        if callable(prepare):
+            prepare(self.frames, self.train_items, self.seed)
+        draw = getattr(learner, "draw_items", None)
         self._loader = _Prefetcher(
-            self.frames, self.train_items, cfg.batch_size, self.seed, self.prefetch, learner.step
+            self.frames,
+            self.train_items,
+            cfg.batch_size,
+            self.seed,
+            self.prefetch,
+            learner.step,
+            draw if callable(draw) else None,
         )
 
     def step(self) -> dict[str, float]:

@@ -130,6 +130,10 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         # Per episode: did it succeed (metadata)? n-step windows that reach a successful
         # episode's termination carry `nstep_success` (world models learn outcomes from it).
         metas = st.all_meta()
+        self.episode_tasks = [m.task for m in metas]
+        """Each episode's `task` metadata ('' where none)."""
+        self.episode_outcomes: list[bool | None] = [m.success for m in metas]
+        """Each episode's `success` metadata (None where unknown)."""
         self._episode_success = np.array([m.success is True for m in metas], bool)
         self._outcome: dict[str, np.ndarray] = (
             self._outcome_targets([m.success for m in metas]) if outcome_targets else {}
@@ -205,6 +209,16 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         if WEIGHT_FIELD not in self._columns:
             return np.ones(len(self), dtype=np.float64)
         return self._columns[WEIGHT_FIELD][self.indices].astype(np.float64)
+
+    def frame_column(self, name: str) -> np.ndarray:
+        """A per-frame core or vector column over all the snapshot's frames, in store order
+        (kept in memory when loaded, else read once): what samplers and advantage
+        estimates (`awr_flow`) read without touching images."""
+        if name in self.image_fields:
+            raise KeyError(f"{name!r} is an image field; frame_column reads vector columns")
+        if name not in self._columns:
+            self._columns[name] = self._reader().read(name, 0, self.num_frames)
+        return self._columns[name]
 
     def frame_index(self, item: int) -> int:
         """The store frame that dataset item `item` starts at."""

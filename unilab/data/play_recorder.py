@@ -2,12 +2,15 @@
 
 Each frame holds the task's observation groups (float vectors and token ids as
 `obs/<group>`, camera images as `images/<cam>`; depth is left out), the action, the reward
-and the end flags; an env's episode is appended (atomically) when it ends. Episodes still
-running when play stops are not recorded.
+and the end flags; an env's episode is appended (atomically) when it ends, with the task's
+`success` metric at its last step as the episode's `success` metadata (when the task has
+one: value-head targets and `awr_flow` advantages read it). Episodes still running when
+play stops are not recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,17 @@ class PlayRecorder:
         reward: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        success: np.ndarray | None = None,
     ) -> None:
+        """One step of every env; `success` (n_envs,) the task's success metric, read at
+        the steps where an env's episode ends."""
+        if success is not None:
+            ended = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
+            for env in ended:
+                meta = dataclasses.replace(
+                    self.writer.default_meta, success=bool(np.asarray(success)[env] > 0.5)
+                )
+                self.writer.set_meta(int(env), meta)
         frames: dict[str, Any] = {name: obs[g] for g, name in self.fields.items()}
         frames.update(
             action=actions,

@@ -11,7 +11,8 @@ the same rollout helper as the torch one.
 
 Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and `token` /
 `advantage` when the model has them; missing conditions are fed as null, -1, except a
-missing token of a graph with a token selector: -2, the selector picks it).
+missing token of a graph with a token selector: -2, the selector picks it, and a missing
+advantage of a graph whose metadata names an `inference_advantage`: that value, 1 for RECAP).
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ class OnnxVLAPolicy:
             value = obs.get(key)
             # no token given: the graph's selector picks it when it has one, else null
             fill = -2 if key == "token" and meta.token_selector else -1
+            if key == "advantage" and meta.inference_advantage is not None:
+                fill = int(meta.inference_advantage)  # RECAP: the positive-advantage policy
             arr = np.full(n, fill, np.int64) if value is None else np.asarray(value, np.int64)
             feeds[key] = np.ascontiguousarray(arr.reshape(n))
         return feeds, n

@@ -59,6 +59,9 @@ class VLAMetadata:
     deploy feeds when no token is given)."""
     advantage: bool = False
     """Input `advantage` (N,) int64: 1 positive, 0 negative, -1 null."""
+    inference_advantage: int | None = None
+    """What deploy feeds as `advantage` when the caller gives none: 1 for a RECAP-trained
+    policy (`awr_flow`: act as the positive-advantage policy), None: -1 (null)."""
     guidance_scale: float | None = None
     """Classifier-free guidance inside the graph (None: conditional only)."""
     ensemble_decay: float | None = None

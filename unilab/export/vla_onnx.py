@@ -166,6 +166,7 @@ def vla_metadata(
         n_tokens=cfg.n_tokens,
         token_selector=policy.selector is not None,
         advantage=cfg.advantage,
+        inference_advantage=cfg.inference_advantage if cfg.advantage else None,
         guidance_scale=cfg.guidance_scale,
         ensemble_decay=ensemble_decay,
         noise_temperature=float(noise_temperature),

@@ -243,7 +243,10 @@ def step_executor(
 
 def _check_shapes(task: Task, policy: Policy[np.ndarray]) -> None:
     spec = task.observation_spec()
-    missing = [g for g in policy.obs_groups if g not in spec]
+    # a VLA's conditions (behaviour token, advantage indicator) are optional inputs
+    inner = getattr(policy, "policy", policy)
+    optional = set(getattr(inner, "condition_names", ()))
+    missing = [g for g in policy.obs_groups if g not in spec and g not in optional]
     if missing or policy.action_dim != task.action_dim:
         groups = {g: s.shape for g, s in spec.items()}
         raise ValueError(

@@ -1,0 +1,296 @@
+"""awr_flow on a small real store with known answers: per-task baseline advantages,
+demonstration / intervention frames pinned, frames drawn at exp(A / beta) within a source
+and per-source shares stepped per iteration, the RECAP indicator in the policy's input
+during training, and inference that feeds advantage = 1 (guidance at s = 1 equals the
+conditional policy; the export metadata says what deploy feeds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from unilab.algos import advantages as adv
+from unilab.algos.awr_flow import (
+    ORIGIN_NAMES,
+    SOURCES,
+    AWRFlow,
+    AWRFlowConfig,
+    FrameTable,
+    compute_advantages,
+)
+from unilab.algos.offline import train_offline
+from unilab.algos.registry import ALGORITHMS
+from unilab.config import compose
+from unilab.data import EpisodeStore, StoreSchema
+from unilab.data.dataset import FrameDataset
+from unilab.data.schema import ORIGINS
+from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.policies.vla.policy import VLAPolicy
+
+H = 4
+L = 10  # frames per episode
+SHAPES = {"policy": 3}
+SIM, HUMAN = ORIGINS.index("sim"), ORIGINS.index("human")
+
+# (task, success, origin, policy_version, intervention frames)
+EPISODES = [
+    ("a", True, SIM, 0, ()),
+    ("a", True, SIM, 0, ()),
+    ("a", False, SIM, 0, ()),
+    ("a", False, SIM, 0, (4, 5, 6)),  # a takeover inside a failed rollout
+    ("a", True, SIM, -1, ()),  # scripted expert demonstrations (`unilab collect`)
+    ("a", True, SIM, -1, ()),
+    ("b", True, SIM, 3, ()),
+    ("b", False, SIM, 3, ()),
+    ("b", False, SIM, 3, ()),
+    ("b", True, HUMAN, -1, ()),  # a teleoperated demonstration
+]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("awr") / "mixed.zarr"
+    rng = np.random.default_rng(0)
+    schema = StoreSchema.build(obs={"policy": 3}, action=2)
+    episodes = []
+    for k, (task, success, origin, version, takeover) in enumerate(EPISODES):
+        phase = np.arange(L) / L
+        last = np.arange(L) == L - 1
+        frames = {
+            "obs/policy": np.stack(
+                [phase, np.full(L, float(success)), rng.normal(0, 0.1, L)], axis=1
+            ).astype(np.float32),
+            "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
+            "reward": (last * (1.0 if success else 0.0)).astype(np.float32),
+            "terminated": last,
+            "truncated": np.zeros(L, bool),
+            "origin": np.full(L, origin, np.uint8),
+            "policy_version": np.full(L, version, np.int64),
+            "is_intervention": np.isin(np.arange(L), takeover),
+        }
+        episodes.append((frames, {"task": task, "success": success, "fps": 10.0, "seed": k}))
+    with EpisodeStore.create(path, schema, overwrite=True) as st:
+        st.append_episodes(episodes)
+    return path
+
+
+def tiny_model(**kw: object) -> VLAConfig:
+    base: dict[str, object] = dict(
+        horizon=H, num_steps=3, n_act=2, width=32, heads=2, prefix_layers=1, expert_layers=1,
+    )  # fmt: skip
+    base.update(kw)
+    return VLAConfig(**base)  # type: ignore[arg-type]
+
+
+def awr_config(**kw: object) -> AWRFlowConfig:
+    cfg = AWRFlowConfig(model=tiny_model(), value_weight=0.0, val_fraction=0.0, batch_size=16)
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    assert cfg.adopt_task(()) == [] and cfg.problems() == []
+    return cfg
+
+
+def expected_advantages(clip: float = 2.0, demo: float = 1.0) -> np.ndarray:
+    """The module's formula written out for EPISODES."""
+    returns = np.array([float(s) for _, s, *_ in EPISODES])
+    tasks = np.array([t for t, *_ in EPISODES])
+    per_episode = np.array(
+        [r - returns[tasks == t].mean() for r, t in zip(returns, tasks, strict=True)]
+    )
+    out = np.repeat(np.clip(per_episode, -clip, clip), L)
+    for k, (_, _, origin, version, takeover) in enumerate(EPISODES):
+        if origin == HUMAN or (origin == SIM and version < 0):
+            out[k * L : (k + 1) * L] = demo
+        for t in takeover:
+            out[k * L + t] = demo
+    return out
+
+
+def prepared(store: Path, cfg: AWRFlowConfig) -> tuple[AWRFlow, FrameDataset]:
+    ds = FrameDataset(store, action_horizon=H)
+    torch.manual_seed(0)
+    learner = AWRFlow(cfg, SHAPES, 2, torch.device("cpu"))
+    learner.prepare_frames(ds, np.arange(len(ds)), seed=0)
+    return learner, ds
+
+
+def test_registered_and_composed_with_recap_switches() -> None:
+    entry = ALGORITHMS.get("awr_flow")
+    assert entry.algo_cls is AWRFlow and AWRFlow.offline
+    cfg = compose(["task=arm_move_side", "algo=awr_flow"]).algo
+    assert cfg.model.advantage and cfg.model.advantage_dropout == 0.0
+    assert cfg.model.inference_advantage == 1 and cfg.advantage_field == "advantage"
+    # the store's origin names, which this layer may not import, agree with the data layer's
+    assert ORIGIN_NAMES == ORIGINS and set(SOURCES) == {"expert", *ORIGINS}
+
+
+def test_advantages_known_answers_flow_into_the_sampler(store: Path) -> None:
+    beta = 0.5
+    learner, ds = prepared(store, awr_config(beta=beta))
+    a = learner.frame_advantages
+    assert a is not None
+    want = expected_advantages()
+    np.testing.assert_allclose(a, want, atol=1e-12)
+    # task a: mean success 4/6 -> successes +1/3, failures -2/3; task b: 2/4 -> +1/2, -1/2
+    assert a[0] == pytest.approx(1 / 3) and a[2 * L] == pytest.approx(-2 / 3)
+    assert a[6 * L] == pytest.approx(0.5) and a[7 * L] == pytest.approx(-0.5)
+    assert a[3 * L + 4] == 1.0 and a[3 * L + 3] == pytest.approx(-2 / 3)  # takeover frames
+
+    sampler = learner.sampler
+    assert sampler is not None and sampler.names == ("expert", "sim", "human")
+    # shares 1 / 1 / 1 renormalised; frame probabilities share x exp(A/beta) / Z per source
+    source = {"expert": range(4 * L, 6 * L), "human": range(9 * L, 10 * L)}
+    sim = np.r_[0 : 4 * L, 6 * L : 9 * L]
+    p = np.zeros(len(ds))
+    for frames in source.values():
+        p[list(frames)] = 1 / 3 / len(frames)
+    w = np.exp(want[sim] / beta)
+    p[sim] = w / w.sum() / 3
+    n = 200_000
+    drawn = learner.draw_items(np.arange(len(ds)), n, seed=1, step=0)
+    counts = np.bincount(drawn, minlength=len(ds))
+    sigma = np.sqrt(n * p * (1 - p))
+    assert np.all(np.abs(counts - n * p) <= 5 * sigma + 1)
+    # frames of the better episodes are drawn more, at the rate the formula gives
+    good, bad = counts[0:L].sum(), counts[2 * L : 3 * L].sum()
+    assert good / bad == pytest.approx(np.exp((1 / 3 + 2 / 3) / beta), rel=0.05)
+    # the batch of a step depends on (seed, step) only
+    np.testing.assert_array_equal(
+        learner.draw_items(np.arange(len(ds)), 64, 3, 7),
+        learner.draw_items(np.arange(len(ds)), 64, 3, 7),
+    )
+    ds.close()
+
+
+def test_shares_decay_per_iteration_toward_floors(store: Path) -> None:
+    floors = {"expert": 0.05, "human": 0.05, "sim": 0.6}
+    shares = {"expert": 2.0, "human": 1.0, "sim": 1.0}
+    learner, ds = prepared(
+        store, awr_config(iteration=2, share_decay=0.5, shares=shares, floors=floors)
+    )
+    s = {"expert": 0.5, "human": 0.25, "sim": 0.25}
+    f = {"expert": 0.05, "human": 0.05, "sim": 0.25}  # sim's floor capped at its share
+    for _ in range(2):
+        moved = {k: f[k] + 0.5 * (s[k] - f[k]) for k in s}
+        s = {k: v / sum(moved.values()) for k, v in moved.items()}
+    assert learner.sampler is not None
+    for k, v in learner.sampler.shares.items():
+        assert v == pytest.approx(s[k])
+    assert learner.stats["share_expert"] == pytest.approx(s["expert"])
+    with pytest.raises(ValueError, match=r"no entry for source\(s\) \['human'\]"):
+        prepared(store, awr_config(shares={"expert": 1.0, "sim": 1.0}))
+    ds.close()
+
+
+def test_gae_blend_uses_the_policys_predictions(store: Path) -> None:
+    ds = FrameDataset(store, action_horizon=H)
+    table = FrameTable.from_frames(ds)
+    cfg = awr_config(lam=0.0)
+    values = np.full(table.num_frames, 0.5)
+    mixed = compute_advantages(table, cfg, values, gae_weight=1.0)
+    # lam = 0: TD errors; V = 0.5 everywhere, reward 1 where a success ends, 0 after the end
+    assert mixed[0] == pytest.approx(0.0) and mixed[L - 1] == pytest.approx(0.5)
+    assert mixed[3 * L - 1] == pytest.approx(-0.5)  # failed and terminated
+    assert mixed[3 * L + 4] == 1.0  # the takeover is still pinned
+    half = compute_advantages(table, cfg, values, gae_weight=0.5)
+    early = compute_advantages(table, cfg, None)
+    assert half[L - 1] == pytest.approx(0.5 * early[L - 1] + 0.25)
+    ds.close()
+
+
+def test_recap_indicator_reaches_the_policy_input_during_training(store: Path) -> None:
+    learner, ds = prepared(store, awr_config())
+    seen: list[torch.Tensor] = []
+    original = learner.observations
+
+    def spy(batch, augment):  # type: ignore[no-untyped-def]
+        obs = original(batch, augment)
+        seen.append(obs["advantage"].clone())
+        return obs
+
+    learner.observations = spy  # type: ignore[method-assign]
+    items = np.arange(len(ds))
+    batch = ds.batch(items)
+    a = learner.batch_advantages(batch)
+    np.testing.assert_allclose(a, expected_advantages())
+    step = learner.step
+    metrics = learner.update(batch)
+    fed = seen[-1].numpy()
+    np.testing.assert_array_equal(fed, learner.recap_indicator(a, step))
+    kept = fed != adv.NULL
+    np.testing.assert_array_equal(fed[kept], np.where(a[kept] > 0, 1, 0))
+    assert 0 < (~kept).mean() < 0.6 and set(np.unique(fed)) == {-1, 0, 1}
+    assert metrics["adv_positive"] == pytest.approx((expected_advantages() > 0).mean())
+    # the indicator enters the network: its embedding rows learn (zero-initialised)
+    for _ in range(3):
+        learner.update(batch)
+    emb = learner.policy.prefix.advantage
+    assert emb is not None
+    assert bool((emb.prefix_embed.weight.detach().abs().sum(-1) > 0).all())
+
+    # the offline loop calls prepare_frames and draws through the sampler
+    fresh = AWRFlow(awr_config(steps=3), SHAPES, 2, torch.device("cpu"))
+    result = train_offline(fresh, ds, seed=0, log_every=1, prefetch=0)
+    assert fresh.sampler is not None and result.steps == 3
+    assert all("adv_mean" in h for h in result.history)
+    ds.close()
+
+
+def _policy(guidance: float | None) -> VLAPolicy:
+    torch.manual_seed(0)
+    cfg = tiny_model(advantage=True, inference_advantage=1, guidance_scale=guidance)
+    policy = VLAPolicy(VLAInputs(proprio_dim=3, action_dim=2), cfg).eval()
+    assert policy.prefix.advantage is not None
+    with torch.no_grad():  # trained-looking: no zero-initialised gates, the rows differ
+        for p in policy.parameters():
+            p.normal_(0, 0.3)
+    return policy
+
+
+def test_inference_feeds_advantage_one_and_guidance_at_one_is_conditional(
+    tmp_path: Path,
+) -> None:
+    from unilab.deploy.vla_onnx_policy import OnnxVLAPolicy
+    from unilab.export.vla_onnx import export_vla_onnx, vla_metadata
+
+    policy = _policy(None)
+    obs = {"policy": torch.randn(5, 3)}
+    noise = torch.randn(5, H, 2)
+    given = {**obs, "advantage": torch.ones(5, dtype=torch.int64)}
+    nulled = {**obs, "advantage": torch.full((5,), -1, dtype=torch.int64)}
+    plain = policy.sample(obs, noise=noise)[0]
+    torch.testing.assert_close(plain, policy.sample(given, noise=noise)[0])
+    assert not torch.allclose(plain, policy.sample(nulled, noise=noise)[0], atol=1e-4)
+    # the executor used by play / eval / rollouts takes the same path
+    chunk = policy.planner()({"policy": obs["policy"].numpy()}, noise.numpy())
+    np.testing.assert_allclose(chunk, plain.numpy(), atol=1e-6)
+
+    guided = _policy(1.0)
+    guided.load_state_dict(policy.state_dict())
+    torch.testing.assert_close(guided.sample(obs, noise=noise)[0], plain, atol=1e-5, rtol=1e-5)
+    stronger = _policy(3.0)
+    stronger.load_state_dict(policy.state_dict())
+    assert not torch.allclose(stronger.sample(obs, noise=noise)[0], plain, atol=1e-4)
+
+    # export: the metadata says what deploy feeds, and the onnxruntime runner feeds it
+    assert vla_metadata(policy).inference_advantage == 1
+    path = export_vla_onnx(policy, tmp_path / "vla.onnx")
+    runner = OnnxVLAPolicy(path)
+    assert runner.metadata.inference_advantage == 1
+    out = runner.plan({"policy": obs["policy"].numpy()}, noise.numpy())
+    np.testing.assert_allclose(out, plain.numpy(), atol=1e-4)
+    nulled_out = runner.plan(
+        {"policy": obs["policy"].numpy(), "advantage": np.full(5, -1)}, noise.numpy()
+    )
+    assert not np.allclose(nulled_out, out, atol=1e-3)

@@ -1,0 +1,552 @@
+"""`awr_flow`: offline improvement of the flow VLA from a store of mixed sources, with the
+policy as its own value function (issue 16, the LeHome 2026 recipe; decisions 0122, 0123).
+
+The learner is `bc_flow` (same loss, augmentation, EMA, validation, checkpoints) with three
+changes, all made before or around the unchanged gradient step:
+
+1. **Advantages, once, before training** (`prepare_frames`, called by the offline loop with
+   the store's frames): per episode, the return (`episode_return`: success 1/0, or the summed
+   reward) minus the mean return of the episodes of the same task (episode metadata `task`);
+   blended with GAE over the policy's own predicted success (or expected progress) when the
+   init run has value heads, with weight `min(gae_weight_max, gae_weight_step * iteration)`
+   (the heads are trusted more each improvement round); clipped to [-clip, clip]; frames of
+   demonstration sources (`demo_sources`) and human interventions (`is_intervention`) get the
+   fixed `demo_advantage`. `unilab.algos.advantages` holds the formulas.
+2. **AWR by sampling** (`draw_items`, which the offline loop uses instead of uniform draws):
+   each frame's source is its origin (`sim`, `real`, `human`, `wm`), except frames of origin
+   `sim` that no learned policy produced (`policy_version` < 0: `unilab collect`'s scripted
+   experts), whose source is `expert`. Within a source, frame i is drawn with probability
+   exp(clip(A_i) / beta) / Z; sources hold `shares` of each batch, moved `iteration` times
+   toward `floors` by `share_decay` (`unilab.algos.awr_sampling.AWRSampler`). The batch of
+   step s depends only on (seed, s): resume stays bit-exact.
+3. **RECAP**: the VLA's `advantage` condition (model.advantage, switched on here) reads a
+   binary indicator drawn per batch from each frame's advantage: 1 if A > 0, else 0, masked
+   to null with a probability that falls from `recap_null_max` (A <= 0) to `recap_null_min`
+   (A >= `recap_full_advantage`). The model's own `advantage_dropout` is set to 0 (no double
+   masking). At inference the indicator is always positive: `model.inference_advantage` = 1
+   is what play, eval, rollouts and the exported graph's runner feed when nobody gives one,
+   with classifier-free guidance v = v_u + s (v_c - v_u) when `guidance_scale` is set.
+
+`init=<bc_flow or awr_flow run>` starts from that run's EMA weights and model settings
+(adopted at compose time as `flow_ppo` does; `model_from` records it). The advantage
+condition and, with `value_weight` > 0, value heads that the init lacks start fresh (zero
+embeddings: the unconditional policy). The init's normalizers are kept: its weights were
+trained on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from unilab.algos import advantages as adv
+from unilab.algos.awr_sampling import AWRSampler
+from unilab.algos.behavior_cloning import BCConfig, BehaviorCloning
+from unilab.algos.flow_ppo import checkpoint_file, init_algo_config
+from unilab.algos.registry import register_algo
+from unilab.config.checks import checked
+from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.utils.checkpoint import CheckpointError
+
+ORIGIN_NAMES: tuple[str, ...] = ("sim", "real", "human", "wm")
+"""The store's origin codes (`unilab.data.schema.ORIGINS`; this layer may not import it, a
+test keeps the two equal)."""
+
+EXPERT = "expert"
+"""Source of `sim` frames that no learned policy produced (policy_version < 0)."""
+
+SOURCES: tuple[str, ...] = (EXPERT, *ORIGIN_NAMES)
+"""Every source a frame can belong to, in the sampler's order."""
+
+ADVANTAGE_FIELD = "advantage"
+"""Batch entry of the RECAP indicator (computed here; not a store column)."""
+
+INIT_ALGOS = ("bc_flow", "awr_flow")
+ADDED = ("prefix.advantage.", "value_heads.")
+"""Parameters awr_flow may add to an init network (they start fresh)."""
+
+
+@dataclass
+class AWRFlowConfig(BCConfig):
+    name: str = "awr_flow"
+    init: str = ""
+    """A `bc_flow` or `awr_flow` run directory (or checkpoint file) to start from: its EMA
+    weights and model settings ('' = a fresh network)."""
+    model_from: str = ""
+    """Set at compose time to the `init` whose model settings `model` holds (a saved config
+    never reads the init run again)."""
+    iteration: int = checked(0, ge=0)
+    """Improvement round this run is (0 = the first; `unilab improve` sets it): the source
+    shares have decayed this many times and the GAE blend weight grows with it."""
+    steps: int = checked(2000, ge=1)
+    """Gradient steps (fine-tuning: fewer than imitation from scratch)."""
+    lr: float = 1e-4
+    """Peak AdamW learning rate (fine-tuning a trained flow)."""
+    value_weight: float = checked(0.5, ge=0.0)
+    """Weight of the value heads' losses (P(success), progress, time to go); > 0 trains the
+    heads the next round's GAE reads (needs every episode's success metadata)."""
+    beta: float = checked(1.0, gt=0.0)
+    """AWR temperature: within a source, frames are drawn in proportion to exp(A / beta)."""
+    clip: float = checked(2.0, gt=0.0)
+    """Advantages are clipped to [-clip, clip] (bounds the weight ratio at exp(2 clip/beta))."""
+    shares: dict[str, float] = field(
+        default_factory=lambda: {"expert": 1.0, "human": 1.0, "sim": 1.0, "real": 1.0, "wm": 0.5}
+    )
+    """Starting share of each batch per source (expert, human, sim, real, wm); only the
+    sources present in the store count, renormalised to sum 1."""
+    floors: dict[str, float] = field(
+        default_factory=lambda: {"expert": 0.1, "human": 0.2, "sim": 0.3, "real": 0.3, "wm": 0.0}
+    )
+    """Lower bounds the shares decay toward (each capped at its source's normalised starting
+    share); the shares end at floor / sum(floors) of the present sources."""
+    share_decay: float = checked(0.7, ge=0.0, le=1.0)
+    """Per iteration, share <- floor + share_decay (share - floor), then renormalised."""
+    episode_return: str = checked("success", choices=("success", "reward"))
+    """The return of the early (per-task baseline) advantage: `success` (1 / 0 from the
+    episode metadata; every episode needs it) or `reward` (the summed stored reward)."""
+    gae_weight_step: float = checked(0.5, ge=0.0, le=1.0)
+    """Blend weight of the GAE advantage per iteration: w = min(gae_weight_max,
+    gae_weight_step x iteration), used only when the init run has value heads."""
+    gae_weight_max: float = checked(1.0, ge=0.0, le=1.0)
+    """Upper bound of the GAE blend weight."""
+    value_signal: str = checked("success", choices=("success", "progress"))
+    """V of the GAE: the predicted P(success), or the expected progress P(success) x progress."""
+    gamma: float = checked(1.0, gt=0.0, le=1.0)
+    """GAE discount per frame (1: the value heads predict undiscounted outcomes)."""
+    lam: float = checked(0.95, ge=0.0, le=1.0)
+    """GAE lambda."""
+    demo_sources: list[str] = field(default_factory=lambda: ["expert", "human"])
+    """Sources whose frames are demonstrations: fixed advantage `demo_advantage`
+    (intervention frames get it too, whatever their source)."""
+    demo_advantage: float = 1.0
+    """The fixed advantage of demonstration and intervention frames."""
+    recap_null_max: float = checked(adv.RECAP_NULL_MAX, ge=0.0, le=1.0)
+    """Probability of nulling the indicator of frames with A <= 0."""
+    recap_null_min: float = checked(adv.RECAP_NULL_MIN, ge=0.0, le=1.0)
+    """Probability of nulling the indicator of frames with A >= recap_full_advantage."""
+    recap_full_advantage: float = checked(adv.RECAP_FULL_ADVANTAGE, gt=0.0)
+    """Advantage at which the nulling probability reaches recap_null_min (linear between)."""
+    guidance_scale: float | None = None
+    """Classifier-free guidance at inference, v = v_u + s (v_c - v_u) with the positive
+    indicator as the condition (copied into `model.guidance_scale`); None: conditional only
+    (s = 1 gives the same actions at twice the cost)."""
+
+    def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
+        """Called by `compose`: model settings from the init run, then RECAP's switches."""
+        if self.init and self.model_from != self.init:
+            try:
+                doc = init_algo_config(Path(self.init))
+            except (CheckpointError, FileNotFoundError, ValueError) as exc:
+                return [f"init: {exc}"]
+            if doc.get("name") not in INIT_ALGOS:
+                return [
+                    f"init: {self.init} is a {doc.get('name')!r} run; need one of "
+                    f"{', '.join(INIT_ALGOS)}"
+                ]
+            model = dict(doc.get("model") or {})
+            known = set(VLAConfig.__dataclass_fields__)
+            self.model = VLAConfig(**{k: v for k, v in model.items() if k in known})
+            if float(doc.get("value_weight", 0.0)) > 0:
+                self.model.value_heads = True  # the init's network has them
+            self.vocab_size = int(doc.get("vocab_size", self.vocab_size))
+            self.pad_id = int(doc.get("pad_id", self.pad_id))
+            self.model_from = self.init
+        problems = super().adopt_task(vocabulary)
+        self.model.advantage = True
+        self.model.advantage_dropout = 0.0  # the indicator is masked here (recap_indicator)
+        self.model.inference_advantage = adv.POSITIVE
+        if self.guidance_scale is not None:
+            self.model.guidance_scale = self.guidance_scale
+        if "advantage" not in self.model.guidance_drop:
+            self.model.guidance_drop = [*self.model.guidance_drop, "advantage"]
+        self.advantage_field = ADVANTAGE_FIELD
+        return problems
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        for name in ("shares", "floors"):
+            values: Mapping[str, float] = getattr(self, name)
+            unknown = sorted(set(values) - set(SOURCES))
+            if unknown:
+                out.append(f"{name}: unknown source(s) {unknown}; sources: {list(SOURCES)}")
+            bad = {k: v for k, v in values.items() if not (np.isfinite(v) and v >= 0)}
+            if bad:
+                out.append(f"{name}: values must be finite and >= 0, got {bad}")
+        unknown = sorted(set(self.demo_sources) - set(SOURCES))
+        if unknown:
+            out.append(f"demo_sources: unknown source(s) {unknown}; sources: {list(SOURCES)}")
+        if not self.recap_null_min <= self.recap_null_max:
+            out.append(
+                f"recap_null_min={self.recap_null_min} exceeds recap_null_max={self.recap_null_max}"
+            )
+        if not abs(self.demo_advantage) <= self.clip:
+            out.append(f"demo_advantage={self.demo_advantage} lies outside [-clip, clip]")
+        return out
+
+
+# -- what the advantages are computed from ------------------------------------------------
+@dataclass
+class FrameTable:
+    """Per-frame columns (store order) and per-episode metadata of a store snapshot."""
+
+    episode_start: np.ndarray
+    """(E,) first frame of each episode."""
+    episode_length: np.ndarray
+    """(E,) frames per episode."""
+    tasks: list[str]
+    """(E,) episode metadata `task`."""
+    outcomes: list[bool | None]
+    """(E,) episode metadata `success` (None: unknown)."""
+    origin: np.ndarray
+    """(N,) uint8 origin codes (indices into `ORIGIN_NAMES`)."""
+    is_intervention: np.ndarray
+    policy_version: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.origin.shape[0])
+
+    @property
+    def episode_of(self) -> np.ndarray:
+        return np.repeat(np.arange(self.episode_length.size), self.episode_length)
+
+    @classmethod
+    def from_frames(cls, frames: Any) -> FrameTable:
+        """From a `FrameDataset` (what the offline loop hands the learner)."""
+        needed = ("frame_column", "episode_tasks", "episode_outcomes", "episode_of")
+        if not all(hasattr(frames, n) for n in needed):
+            raise TypeError(
+                "awr_flow needs its frames as a FrameDataset (frame_column, episode_tasks, "
+                f"episode_outcomes, episode_of); got {type(frames).__name__}"
+            )
+        tasks = [str(t) for t in frames.episode_tasks]
+        episode_of = np.asarray(frames.episode_of)
+        lengths = np.bincount(episode_of, minlength=len(tasks)).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        col = frames.frame_column
+        return cls(
+            episode_start=starts,
+            episode_length=lengths,
+            tasks=tasks,
+            outcomes=list(frames.episode_outcomes),
+            origin=np.asarray(col("origin")).astype(np.int64),
+            is_intervention=np.asarray(col("is_intervention")).astype(bool),
+            policy_version=np.asarray(col("policy_version")).astype(np.int64),
+            reward=np.asarray(col("reward")).astype(np.float64),
+            terminated=np.asarray(col("terminated")).astype(bool),
+        )
+
+
+def frame_sources(
+    origin: np.ndarray, policy_version: np.ndarray, origin_names: Sequence[str] = ORIGIN_NAMES
+) -> np.ndarray:
+    """(N,) int64 index into `SOURCES` of each frame: its origin, or `expert` for `sim` frames
+    that no learned policy produced (policy_version < 0)."""
+    names = tuple(origin_names)
+    codes = np.asarray(origin, dtype=np.int64)
+    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(names)):
+        raise ValueError(f"origin codes must be in [0, {len(names)}) ({list(names)})")
+    lookup = np.array([SOURCES.index(n) for n in names], dtype=np.int64)
+    out: np.ndarray = lookup[codes]
+    expert = (codes == names.index("sim")) & (np.asarray(policy_version) < 0)
+    out[expert] = SOURCES.index(EXPERT)
+    return out
+
+
+def episode_returns(table: FrameTable, kind: str) -> np.ndarray:
+    """(E,) per-episode return: success as 1 / 0 (`success`), or the summed reward."""
+    if kind == "reward":
+        sums: np.ndarray = np.bincount(
+            table.episode_of, weights=table.reward, minlength=table.episode_length.size
+        )
+        return sums
+    unknown = [i for i, s in enumerate(table.outcomes) if s is None]
+    if unknown:
+        raise ValueError(
+            f"episode_return=success needs every episode's success metadata; {len(unknown)} "
+            f"of {len(table.outcomes)} episodes have none (e.g. {unknown[:5]}). Record "
+            "outcomes (`unilab play record=` does) or set algo.episode_return=reward"
+        )
+    return np.array([1.0 if s else 0.0 for s in table.outcomes])
+
+
+def gae_advantages(table: FrameTable, values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """(N,) GAE over each episode with `values` (N,) as V: reward 1 on the last frame of a
+    successful episode (0 elsewhere), V after the end 0 when it terminated or succeeded, else
+    the last prediction (a time limit cut it)."""
+    out = np.zeros(table.num_frames)
+    for e, (start, length) in enumerate(
+        zip(table.episode_start.tolist(), table.episode_length.tolist(), strict=True)
+    ):
+        if length == 0:
+            continue
+        stop = start + length
+        success = table.outcomes[e] is True
+        rewards = np.zeros(length)
+        rewards[-1] = 1.0 if success else 0.0
+        terminal = bool(table.terminated[stop - 1]) or success
+        out[start:stop] = adv.gae_from_predictions(
+            values[start:stop], rewards, terminal, gamma=gamma, lam=lam
+        )
+    return out
+
+
+def compute_advantages(
+    table: FrameTable,
+    cfg: AWRFlowConfig,
+    values: np.ndarray | None = None,
+    gae_weight: float = 0.0,
+) -> np.ndarray:
+    """(N,) per-frame advantages (see the module doc): per-task baseline, blended with GAE
+    over `values` at `gae_weight`, clipped, demonstrations and interventions pinned."""
+    returns = episode_returns(table, cfg.episode_return)
+    early = adv.expand_to_frames(
+        adv.episode_baseline_advantages(returns, table.tasks), table.episode_length
+    )
+    mixed = early
+    if values is not None and gae_weight > 0:
+        mixed = adv.blend(early, gae_advantages(table, values, cfg.gamma, cfg.lam), gae_weight)
+    clipped = adv.clip_advantages(mixed, cfg.clip)
+    sources = frame_sources(table.origin, table.policy_version)
+    demo = np.isin(sources, [SOURCES.index(s) for s in cfg.demo_sources]) | table.is_intervention
+    clipped[demo] = cfg.demo_advantage
+    return clipped
+
+
+def gae_weight_at(cfg: AWRFlowConfig) -> float:
+    """The blend weight of GAE at `cfg.iteration` (before checking the heads exist)."""
+    return float(min(cfg.gae_weight_max, cfg.gae_weight_step * cfg.iteration))
+
+
+@register_algo("awr_flow", AWRFlowConfig)
+class AWRFlow(BehaviorCloning):
+    """bc_flow with advantage-weighted sampling and the RECAP indicator (offline)."""
+
+    head = "flow"
+
+    def __init__(
+        self,
+        cfg: AWRFlowConfig,
+        obs_dims: Mapping[str, Any],
+        action_dim: int,
+        device: torch.device,
+        inputs: VLAInputs | None = None,
+    ) -> None:
+        super().__init__(cfg, obs_dims, action_dim, device, inputs)
+        self.cfg: AWRFlowConfig = cfg
+        self.fresh: set[str] = set()
+        """Parameter groups (ADDED prefixes) the init lacked."""
+        if cfg.init:
+            self._load_init(Path(cfg.init))
+        self.table: FrameTable | None = None
+        self.frame_advantages: np.ndarray | None = None
+        """(N,) advantage of every store frame (set by `prepare_frames` or a checkpoint)."""
+        self.gae_weight = 0.0
+        self.sampler: AWRSampler | None = None
+        self.source_items: dict[str, np.ndarray] = {}
+        self.stats: dict[str, float] = {}
+        """Advantage and share statistics, added to every update's metrics."""
+        self._seed = 0
+
+    # -- init -----------------------------------------------------------------------------
+    def _load_init(self, init: Path) -> None:
+        path, state = checkpoint_file(init)
+        weights = state["algo"]["actor"]
+        missing, unexpected = self.policy.load_state_dict(weights, strict=False)
+        fresh = [k for k in missing if not k.startswith(ADDED)]
+        if fresh or unexpected:
+            raise ValueError(
+                f"{path}: the init weights do not fit this policy (missing {fresh[:5]}, "
+                f"unexpected {list(unexpected)[:5]}): the init run's model settings must match"
+            )
+        self.fresh = {p for p in ADDED if any(k.startswith(p) for k in missing)}
+        self.actor.load_state_dict(self.policy.state_dict())
+
+    @property
+    def has_trained_values(self) -> bool:
+        """The policy's value heads came trained from the init run (GAE can trust them)."""
+        return (
+            bool(self.cfg.init)
+            and self.actor.value_heads is not None
+            and "value_heads." not in self.fresh
+        )
+
+    @torch.no_grad()
+    def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """A fresh network: as bc_flow. From an init run: keep its normalizers (its weights
+        were trained on them); only fresh value heads get their time scale fitted."""
+        if not self.cfg.init:
+            super().fit_normalizers(batch)
+            return
+        targets = self._value_targets(batch)
+        heads = self.policy.value_heads
+        if targets is not None and heads is not None and "value_heads." in self.fresh:
+            heads.fit_time_scale(targets.time_to_go, targets.has_progress)
+            self.actor.load_state_dict(self.policy.state_dict())
+
+    # -- advantages and the sampler -------------------------------------------------------
+    def required_fields(self) -> dict[str, tuple[int, ...]]:
+        """As bc_flow, less the indicator: it is computed here, not read from the store."""
+        shapes = super().required_fields()
+        shapes.pop(ADVANTAGE_FIELD, None)
+        return shapes
+
+    @torch.no_grad()
+    def predict_frame_values(self, frames: Any, batch_size: int = 256) -> np.ndarray:
+        """(N,) the EMA policy's V for every store frame (null advantage indicator):
+        P(success), or P(success) x progress with `value_signal=progress`."""
+        n = len(frames)
+        out = np.zeros(n)
+        for start in range(0, n, batch_size):
+            items = np.arange(start, min(n, start + batch_size))
+            batch = dict(frames.batch(items))
+            batch[ADVANTAGE_FIELD] = torch.full((items.size,), adv.NULL, dtype=torch.int64)
+            pred = self.actor.predict_values(self.observations(batch, augment=False))
+            value = pred["success"]
+            if self.cfg.value_signal == "progress":
+                value = value * pred["progress"]
+            out[items] = value.double().cpu().numpy()
+        return out
+
+    def prepare_frames(self, frames: Any, train_items: np.ndarray, seed: int) -> None:
+        """Called by the offline loop before the first batch: advantages of every frame
+        (kept from a checkpoint when resuming) and the sampler over the training items."""
+        cfg = self.cfg
+        table = FrameTable.from_frames(frames)
+        indices = np.asarray(getattr(frames, "indices", np.arange(len(frames))))
+        if indices.size != table.num_frames or not np.array_equal(
+            indices, np.arange(table.num_frames)
+        ):
+            raise ValueError("awr_flow needs one item per store frame (no n-step windows)")
+        self.table, self._seed = table, int(seed)
+        if self.frame_advantages is None or self.frame_advantages.size != table.num_frames:
+            weight = gae_weight_at(cfg) if self.has_trained_values else 0.0
+            values = self.predict_frame_values(frames) if weight > 0 else None
+            self.frame_advantages = compute_advantages(table, cfg, values, weight)
+            self.gae_weight = weight
+        self.sampler = self.build_sampler(np.asarray(train_items, dtype=np.int64))
+        a = self.frame_advantages
+        self.stats = {
+            "adv_mean": float(a.mean()),
+            "adv_std": float(a.std()),
+            "adv_positive": float((a > 0).mean()),
+            "gae_weight": float(self.gae_weight),
+            **{f"share_{k}": v for k, v in self.sampler.shares.items()},
+        }
+
+    def build_sampler(self, train_items: np.ndarray) -> AWRSampler:
+        """AWRSampler over the training items grouped by source, stepped `iteration` times."""
+        assert self.table is not None and self.frame_advantages is not None
+        cfg = self.cfg
+        sources = frame_sources(self.table.origin, self.table.policy_version)[train_items]
+        present = [s for s in SOURCES if np.any(sources == SOURCES.index(s))]
+        missing = [s for s in present if s not in cfg.shares]
+        if missing:
+            raise ValueError(
+                f"algo.shares has no entry for source(s) {missing} present in the store; "
+                f"it has {sorted(cfg.shares)}"
+            )
+        self.source_items = {s: train_items[sources == SOURCES.index(s)] for s in present}
+        shares = {s: float(cfg.shares[s]) for s in present}
+        total = sum(shares.values())
+        if total <= 0:
+            raise ValueError(f"algo.shares of the present sources {present} sum to 0")
+        floors = {s: min(float(cfg.floors.get(s, 0.0)), shares[s] / total) for s in present}
+        sampler = AWRSampler(
+            {s: self.frame_advantages[items] for s, items in self.source_items.items()},
+            cfg.beta,
+            shares,
+            floors,
+            decay=cfg.share_decay,
+            clip=cfg.clip,
+        )
+        for _ in range(cfg.iteration):
+            sampler.step()
+        sampler.sample(0, np.random.default_rng(0))  # build the draw table before threads
+        return sampler
+
+    def draw_items(self, items: np.ndarray, size: int, seed: int, step: int) -> np.ndarray:
+        """The (sorted) training items of step `step`'s batch, drawn by the sampler; a
+        function of (seed, step) only."""
+        if self.sampler is None:
+            raise RuntimeError("awr_flow: draw_items before prepare_frames")
+        rng = np.random.default_rng([int(seed), int(step)])
+        source, frame = self.sampler.sample(size, rng)
+        out = np.empty(size, dtype=np.int64)
+        for k, name in enumerate(self.sampler.names):
+            pick = source == k
+            out[pick] = self.source_items[name][frame[pick]]
+        return np.sort(out)
+
+    # -- RECAP ------------------------------------------------------------------------------
+    def batch_advantages(self, batch: Mapping[str, torch.Tensor]) -> np.ndarray:
+        """(B,) the advantage of each frame of a batch (from its episode and frame index)."""
+        if self.table is None or self.frame_advantages is None:
+            raise RuntimeError(
+                "awr_flow: no advantages yet; prepare_frames(frames, train_items, seed) "
+                "computes them (train_offline and the Runner call it)"
+            )
+        episode = batch["episode_index"].cpu().numpy().astype(np.int64)
+        frame = batch["frame_index"].cpu().numpy().astype(np.int64)
+        return self.frame_advantages[self.table.episode_start[episode] + frame]
+
+    def recap_indicator(self, a: np.ndarray, step: int) -> np.ndarray:
+        """The batch's RECAP indicator (1 / 0 / -1 null), drawn from (seed, step)."""
+        cfg = self.cfg
+        rng = np.random.default_rng([self._seed, int(step), 0x5EC])
+        return adv.recap_indicator(
+            a,
+            rng,
+            null_max=cfg.recap_null_max,
+            null_min=cfg.recap_null_min,
+            full_advantage=cfg.recap_full_advantage,
+        )
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        indicator = self.recap_indicator(self.batch_advantages(batch), self.step)
+        batch = {**batch, ADVANTAGE_FIELD: torch.from_numpy(indicator).to(self.device)}
+        out = super().update(batch)
+        out.update(self.stats)
+        return out
+
+    @torch.no_grad()
+    def validate(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """As bc_flow, conditioned on each held-out frame's unmasked indicator."""
+        a = self.batch_advantages(batch)
+        indicator = np.where(a > 0, adv.POSITIVE, adv.NEGATIVE).astype(np.int64)
+        return super().validate({**batch, ADVANTAGE_FIELD: torch.from_numpy(indicator)})
+
+    # -- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.frame_advantages is not None:
+            state["awr"] = {
+                "advantages": torch.from_numpy(self.frame_advantages.astype(np.float64)),
+                "gae_weight": float(self.gae_weight),
+            }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        saved = state.get("awr")
+        if saved is not None:  # resume with the advantages the run started from
+            self.frame_advantages = saved["advantages"].cpu().numpy().astype(np.float64)
+            self.gae_weight = float(saved["gae_weight"])
+
+
+__all__ = [
+    "ADVANTAGE_FIELD",
+    "SOURCES",
+    "AWRFlow",
+    "AWRFlowConfig",
+    "FrameTable",
+    "compute_advantages",
+    "frame_sources",
+]

@@ -1,0 +1,73 @@
+"""`unilab improve`: rounds of rollouts -> advantages -> awr_flow -> evaluation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from unilab.cli.options import add_overrides, positive, split_items
+from unilab.cli.verb import Verb
+from unilab.config.errors import ConfigError
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=1, help="improvement rounds (default 1)")
+    p.add_argument(
+        "--episodes", type=int, default=20, help="rollout episodes per round (default 20)"
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=None,
+        help="evaluation episodes after each round (default: --episodes)",
+    )
+    p.add_argument(
+        "--eval-seed", type=int, default=12345, help="evaluation seed, every round (default 12345)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="rollouts of round k use seed + 1000 k (default 0)"
+    )
+    p.add_argument(
+        "--out",
+        help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
+    )
+    add_overrides(p, target="RUN")
+
+
+def _run(args: argparse.Namespace) -> int:
+    target, overrides = split_items(args.items, "improve", "run directory")
+    if target is None:
+        raise ConfigError("unilab improve needs a run directory: a bc_flow or awr_flow run")
+    from unilab.workflows.improve import improve
+
+    improve(
+        Path(target),
+        rounds=positive(args.rounds, "--rounds"),
+        episodes=positive(args.episodes, "--episodes"),
+        out=args.out,
+        eval_episodes=(
+            None if args.eval_episodes is None else positive(args.eval_episodes, "--eval-episodes")
+        ),
+        eval_seed=args.eval_seed,
+        seed=args.seed,
+        overrides=overrides,
+    )
+    return 0
+
+
+VERBS = [
+    Verb(
+        "improve",
+        "improve a flow VLA from its own rollouts (awr_flow rounds)",
+        _run,
+        _arguments,
+        description=(
+            "Each round rolls out the current policy (RUN, then the previous round's run) "
+            "into a store that starts as a copy of RUN's demos store, trains algo=awr_flow "
+            "from it (advantages from the episode outcomes and the policy's own value heads, "
+            "AWR sampling, RECAP), evaluates the new run and writes round_<k>/round.json; "
+            "key=value overrides apply to every round's training (e.g. algo.steps=500)."
+        ),
+        epilog="example: unilab improve runs/arm_move_side/bc_flow/<ts> --rounds 3 --episodes 50",
+    )
+]

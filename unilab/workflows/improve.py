@@ -1,0 +1,349 @@
+"""`unilab improve RUN --rounds N --episodes E`: improve a flow VLA from its own rollouts.
+
+Each round is one run directory, made in four steps:
+
+1. **roll out** the current policy (RUN in round 1, then the previous round's run) for E
+   episodes with `unilab play`'s recorder (`record=`) into the round's own store
+   (`round_<k>/rollouts.zarr`, kept), then append those episodes, with their success as
+   metadata, to the loop's store (`append_episodes`: fields the demos store lacks are left
+   out, its extra columns such as `mode` / `perturbed` get neutral values). That store
+   starts as a copy of the demos store the first run trained on (its `data.store`), so
+   round k trains on the demos plus the rollouts of rounds 1..k;
+2. **train** `algo=awr_flow` on that store from the previous run (`algo.init=`), with
+   `algo.iteration = k - 1` (source shares decay and the GAE blend weight grows per round):
+   advantages, AWR sampling and RECAP are the learner's (`unilab.algos.awr_flow`);
+3. **evaluate** the new run (`unilab.deploy.evaluate.evaluate`: success rate over one
+   unbiased episode per env);
+4. **report**: a line on stderr and `round.json` in the round's folder (success, rollout
+   episodes, store frames by origin and by sampling source, advantage statistics); the whole
+   loop in `improve.json` (with the starting run's own evaluation as round 0).
+
+Layout under `out` (default `RUN/improve`): `store.zarr`, `round_1/` (`rollouts.zarr` and
+`rollouts.json` from play, `runs/<task>/awr_flow/<ts>/` the run, `round.json`), `round_2/`, ..., `improve.json`.
+The round's training config is the starting run's saved task, sim, runtime, eval and logging
+sections, the network-shaping algo keys (batch size, augmentation, fields, vocabulary), and
+the caller's `key=value` overrides (e.g. `algo.steps=500 algo.beta=0.5`), applied every round.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from unilab.algos.awr_flow import INIT_ALGOS, SOURCES, frame_sources
+from unilab.config.compose import compose
+from unilab.config.errors import ConfigError
+from unilab.utils.atomic import atomic_write_text
+
+SCHEMA = "unilab.improve/1"
+STORE_NAME = "store.zarr"
+CARRIED_ALGO_KEYS = (
+    "batch_size",
+    "augment",
+    "proprio_field",
+    "instruction_field",
+    "token_field",
+    "tokens",
+    "state_field",
+    "state_weight",
+    "val_fraction",
+    "val_every",
+    "val_max_frames",
+    "vocab_size",
+    "pad_id",
+)
+"""Algo keys of the starting run every round keeps (what shapes the network and its data);
+the rest are awr_flow's defaults unless overridden."""
+CARRIED_SECTIONS = ("task", "sim", "runtime", "eval", "logging", "data", "run")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def saved_config(run: Path) -> dict[str, Any]:
+    """The saved config of a training run directory, checked to be one improve starts from."""
+    run = Path(run)
+    if not run.is_dir():
+        raise ConfigError(f"{run}: no such run directory (a bc_flow or awr_flow training run)")
+    config, checkpoints = run / "config.yaml", run / "checkpoints"
+    if not config.is_file() or not checkpoints.is_dir() or not any(checkpoints.glob("*.pt")):
+        raise ConfigError(
+            f"{run} is not a training run directory: it needs config.yaml and checkpoints/"
+            "ckpt_*.pt (what `unilab train` writes)"
+        )
+    try:
+        doc = yaml.safe_load(config.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{config} is not valid YAML: {exc}") from None
+    algo = (doc.get("algo") or {}).get("name")
+    if algo not in INIT_ALGOS:
+        raise ConfigError(
+            f"{run} is a {algo!r} run; unilab improve starts from a run of "
+            f"{' or '.join(INIT_ALGOS)} (the flow VLA)"
+        )
+    return dict(doc)
+
+
+def round_config(
+    init: Path, store: Path, iteration: int, runs_dir: Path, overrides: Sequence[str] = ()
+) -> Any:
+    """The awr_flow config of one round: `init`'s saved sections (see the module doc), the
+    loop's store, the round's iteration and output folder, then `overrides`."""
+    doc = saved_config(init)
+    base: dict[str, Any] = {k: doc[k] for k in CARRIED_SECTIONS if k in doc}
+    base["run"] = {k: v for k, v in dict(base.get("run") or {}).items() if k != "resume"}
+    algo = dict(doc.get("algo") or {})
+    base["algo"] = {k: algo[k] for k in CARRIED_ALGO_KEYS if k in algo}
+    tokens = [
+        "algo=awr_flow",
+        f"algo.init={init}",
+        f"algo.iteration={iteration}",
+        f"data.store={store}",
+        f"run.out_dir={runs_dir}",
+        *overrides,
+    ]
+    return compose(tokens, base=base)
+
+
+def store_frames(store: Path) -> dict[str, Any]:
+    """Frames of the store in total, by origin and by awr_flow sampling source, and its
+    episodes."""
+    from unilab.data.schema import ORIGINS
+    from unilab.data.store import EpisodeStore
+
+    with EpisodeStore.open(store, "r") as st:
+        origin = st.read("origin").astype(np.int64)
+        version = st.read("policy_version")
+        episodes = len(st)
+    by_origin = np.bincount(origin, minlength=len(ORIGINS))
+    by_source = np.bincount(frame_sources(origin, version, ORIGINS), minlength=len(SOURCES))
+    return {
+        "total": int(origin.size),
+        "episodes": int(episodes),
+        "by_origin": {name: int(n) for name, n in zip(ORIGINS, by_origin, strict=True) if n},
+        "by_source": {name: int(n) for name, n in zip(SOURCES, by_source, strict=True) if n},
+    }
+
+
+def _neutral(dtype: np.dtype[Any]) -> Any:
+    """The value a store-only column gets on appended frames: False, -1 (signed ints: no
+    mode / id), 0 (unsigned), 0.0."""
+    if dtype.kind == "b":
+        return False
+    return -1 if dtype.kind == "i" else 0
+
+
+def append_episodes(source: Path, target: Path) -> int:
+    """Append every episode of store `source` to store `target` (metadata kept): fields
+    `target` lacks are left out; `target`'s fields that `source` lacks get a neutral value
+    (`_neutral`); a field both have with different shapes is an error. -> episodes added."""
+    from unilab.data.schema import CORE_FIELDS
+    from unilab.data.store import EpisodeStore
+
+    with EpisodeStore.open(source, "r") as src, EpisodeStore.open(target, "a") as dst:
+        have, want = src.schema.fields, dst.schema.fields
+        wrong = [
+            f"{n}: {have[n].shape} {have[n].dtype} vs {want[n].shape} {want[n].dtype}"
+            for n in want
+            if n in have and (have[n].shape != want[n].shape)
+        ]
+        if wrong:
+            raise ValueError(f"{source} does not fit {target}: {'; '.join(wrong)}")
+        fill = [n for n in want if n not in have and n not in CORE_FIELDS]
+        episodes = []
+        for i in range(len(src)):
+            frames = src.episode(i, [n for n in want if n in have])
+            length = len(frames["reward"])
+            for name in fill:
+                spec = want[name]
+                dtype = np.dtype(spec.dtype)
+                frames[name] = np.full((length, *spec.shape), _neutral(dtype), dtype)
+            episodes.append((frames, src.meta(i)))
+        if episodes:
+            dst.append_episodes(episodes)
+    return len(episodes)
+
+
+def advantage_stats(run: Path) -> dict[str, float]:
+    """awr_flow's advantage and share statistics, from the run's last metrics row."""
+    from unilab.utils.metrics import read_metrics
+
+    path = run / "metrics.jsonl"
+    rows = [r for r in read_metrics(path) if "algo/adv_mean" in r] if path.is_file() else []
+    if not rows:
+        return {}
+    last = rows[-1]
+    keys = ("adv_mean", "adv_std", "adv_positive", "gae_weight")
+    out = {k: float(last[f"algo/{k}"]) for k in keys if f"algo/{k}" in last}
+    out.update(
+        {k.removeprefix("algo/"): float(v) for k, v in last.items() if k.startswith("algo/share_")}
+    )
+    return out
+
+
+def _evaluate(run: Path, episodes: int, seed: int) -> dict[str, Any]:
+    from unilab.deploy.evaluate import evaluate
+    from unilab.deploy.policy_source import load_policy
+    from unilab.deploy.sim_task import configs_for_policy
+
+    policy = load_policy(run)
+    task_cfg, sim_cfg = configs_for_policy(
+        policy.metadata.task_config, policy.metadata.sim_config, []
+    )
+    report = evaluate(policy, task_cfg, sim_cfg, episodes=episodes, seeds=[seed])
+    return {
+        "success_rate": report["success_rate"],
+        "return_mean": report["return"]["mean"],
+        "episodes": report["num_episodes"],
+        "seed": seed,
+    }
+
+
+def _rollouts(run: Path, store: Path, folder: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """Roll out `run` into `folder/rollouts.zarr`, append those episodes to `store`."""
+    from unilab.deploy.play import play
+    from unilab.deploy.policy_source import load_policy
+    from unilab.deploy.sim_task import configs_for_policy
+
+    policy = load_policy(run)
+    task_cfg, sim_cfg = configs_for_policy(
+        policy.metadata.task_config, policy.metadata.sim_config, []
+    )
+    rollout_store = folder / "rollouts.zarr"
+    result = play(
+        policy,
+        task_cfg,
+        sim_cfg,
+        folder,
+        "rollouts",
+        episodes=episodes,
+        seed=seed,
+        video=False,
+        rerun=False,
+        record=rollout_store,
+    )
+    added = append_episodes(rollout_store, store)
+    rated = [e["success"] for e in result.episodes if e["success"] is not None]
+    return {
+        "episodes": len(result.episodes),
+        "recorded_episodes": added,
+        "store": str(rollout_store),
+        "success_rate": float(np.mean(rated)) if rated else None,
+        "steps": result.steps,
+        "seed": seed,
+    }
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def improve(
+    run: str | Path,
+    *,
+    rounds: int,
+    episodes: int,
+    out: str | Path | None = None,
+    eval_episodes: int | None = None,
+    eval_seed: int = 12345,
+    seed: int = 0,
+    overrides: Sequence[str] = (),
+    log: Callable[[str], None] = _log,
+) -> dict[str, Any]:
+    """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
+    written to `out/improve.json`. `eval_episodes` defaults to `episodes`; rollouts of
+    round k use seed `seed + 1000 k`, evaluation `eval_seed` every round (comparable)."""
+    if rounds < 1:
+        raise ConfigError(f"--rounds={rounds} must be at least 1")
+    if episodes < 1:
+        raise ConfigError(f"--episodes={episodes} must be at least 1")
+    eval_episodes = episodes if eval_episodes is None else eval_episodes
+    if eval_episodes < 1:
+        raise ConfigError(f"--eval-episodes={eval_episodes} must be at least 1")
+    start = Path(run)
+    doc = saved_config(start)
+    demos = (doc.get("data") or {}).get("store")
+    if not demos or not Path(demos).exists():
+        raise ConfigError(
+            f"{start}: its data.store ({demos!r}) is not an episode store here; improve "
+            "starts its store from the demos the run trained on"
+        )
+    out_dir = Path(out) if out is not None else start / "improve"
+    if (out_dir / "improve.json").exists() or (out_dir / STORE_NAME).exists():
+        raise ConfigError(
+            f"{out_dir} already holds an improvement loop; pass --out to start another"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = out_dir / STORE_NAME
+    log(f"improve: copying the demos store {demos} to {store}")
+    shutil.copytree(demos, store)
+
+    t_start = time.perf_counter()
+    log(f"improve: evaluating the starting run {start} ({eval_episodes} episodes)")
+    baseline = _evaluate(start, eval_episodes, eval_seed)
+    log(f"round 0 (start): eval success {_rate(baseline['success_rate'])}")
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "start": str(start),
+        "store": str(store),
+        "demos": str(demos),
+        "baseline": {"run": str(start), "eval": baseline},
+        "rounds": [],
+    }
+    atomic_write_text(out_dir / "improve.json", json.dumps(report, indent=2) + "\n")
+    current = start
+    for k in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        folder = out_dir / f"round_{k}"
+        log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
+        rollouts = _rollouts(current, store, folder, episodes, seed + 1000 * k)
+        frames = store_frames(store)
+        log(
+            f"round {k}/{rounds}: training awr_flow on {frames['total']} frames "
+            f"({frames['by_source']}) from {current}"
+        )
+        cfg = round_config(current, store, k - 1, folder / "runs", overrides)
+        from unilab.workflows.train import train
+
+        result = train(cfg)
+        if result is None:  # only on a follower rank under torchrun; not a case here
+            raise ConfigError("unilab improve trains in one process")
+        trained = result.path
+        log(f"round {k}/{rounds}: evaluating {trained} ({eval_episodes} episodes)")
+        evaluation = _evaluate(trained, eval_episodes, eval_seed)
+        stats = advantage_stats(trained)
+        summary: dict[str, Any] = {
+            "round": k,
+            "init": str(current),
+            "run": str(trained),
+            "iteration": k - 1,
+            "eval": evaluation,
+            "rollouts": rollouts,
+            "store_frames": frames,
+            "advantages": stats,
+            "wall_s": time.perf_counter() - t0,
+        }
+        atomic_write_text(folder / "round.json", json.dumps(summary, indent=2) + "\n")
+        report["rounds"].append(summary)
+        report["wall_s"] = time.perf_counter() - t_start
+        atomic_write_text(out_dir / "improve.json", json.dumps(report, indent=2) + "\n")
+        log(
+            f"round {k}/{rounds}: eval success {_rate(evaluation['success_rate'])} "
+            f"(start {_rate(baseline['success_rate'])}); rollouts {rollouts['episodes']} "
+            f"episodes, success {_rate(rollouts['success_rate'])}; store {frames['total']} "
+            f"frames {frames['by_origin']}; advantage mean {stats.get('adv_mean', 0.0):+.3f}, "
+            f"{100 * stats.get('adv_positive', 0.0):.0f} % positive, GAE weight "
+            f"{stats.get('gae_weight', 0.0):.2f}; {summary['wall_s']:.0f} s"
+        )
+        current = trained
+    log(f"improve: {rounds} round(s) in {time.perf_counter() - t_start:.0f} s; {out_dir}")
+    return report
