@@ -1,6 +1,7 @@
-"""`unilab improve` end to end on a tiny setup: a bc_flow run on expert demonstrations, one
-round of rollouts (recorded with their outcomes), awr_flow from that run, evaluation and the
-round's JSON; clear errors for bad inputs before anything starts."""
+"""`unilab improve` end to end on a tiny setup: a bc_flow run on expert demonstrations, two
+rounds of rollouts (recorded with their outcomes), awr_flow from the previous run (the
+second round blends in GAE over the first round's value heads), evaluation and the rounds'
+JSON; clear errors for bad inputs before anything starts."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_one_improve_round_end_to_end(bc_run: Path, tmp_path: Path) -> None:
             "improve",
             str(bc_run),
             "--rounds",
-            "1",
+            "2",
             "--episodes",
             "2",
             "--eval-episodes",
@@ -80,7 +81,7 @@ def test_one_improve_round_end_to_end(bc_run: Path, tmp_path: Path) -> None:
     assert code == 0
     assert time.perf_counter() - t0 < 60
     report = json.loads((out / "improve.json").read_text())
-    (summary,) = report["rounds"]
+    summary, second = report["rounds"]
     assert summary == json.loads((out / "round_1" / "round.json").read_text())
     assert 0.0 <= summary["eval"]["success_rate"] <= 1.0 and summary["eval"]["episodes"] == 2
     assert 0.0 <= report["baseline"]["eval"]["success_rate"] <= 1.0
@@ -96,7 +97,7 @@ def test_one_improve_round_end_to_end(bc_run: Path, tmp_path: Path) -> None:
     with EpisodeStore.open(out / "store.zarr", "r") as st:
         metas = st.all_meta()
         assert all(m.success is not None for m in metas)
-        assert [m.success for m in metas[:4]] == [True] * 4
+        assert [m.success for m in metas[:4]] == [True] * 4 and len(metas) > frames["episodes"]
     # the round's run: awr_flow from the bc_flow run, on the loop's store, iteration 0
     run = Path(summary["run"])
     assert run.is_relative_to(out / "round_1")
@@ -108,14 +109,27 @@ def test_one_improve_round_end_to_end(bc_run: Path, tmp_path: Path) -> None:
     stats = summary["advantages"]
     assert stats["gae_weight"] == 0.0  # the bc_flow init has no value heads
     # demos are pinned at +1; rollouts average to 0 within their task with the demos
-    ds = FrameDataset(out / "store.zarr")
-    success = np.array([m.success for m in metas], float)
-    lengths = np.bincount(ds.episode_of)
+    ds = FrameDataset(out / "store.zarr")  # round 1 trained on its first n episodes
+    n = frames["episodes"]
+    success = np.array([m.success for m in metas[:n]], float)
+    lengths = np.bincount(ds.episode_of)[:n]
     expected = np.concatenate(
         [np.ones(lengths[:4].sum()), np.repeat(success[4:] - success.mean(), lengths[4:])]
     )
     assert stats["adv_mean"] == pytest.approx(expected.mean(), abs=1e-6)
     ds.close()
+
+    # round 2 starts from round 1's run, whose value heads (value_weight 0.5) are trained:
+    # the GAE blend weight is gae_weight_step x iteration, the demos' share has decayed
+    assert second["init"] == summary["run"] and second["iteration"] == 1
+    cfg2 = yaml.safe_load((Path(second["run"]) / "config.yaml").read_text())
+    assert cfg2["algo"]["init"] == summary["run"] and cfg2["algo"]["model"]["value_heads"]
+    assert second["advantages"]["gae_weight"] == pytest.approx(0.5)
+    assert second["advantages"]["share_expert"] < stats["share_expert"]
+    assert (
+        second["store_frames"]["episodes"]
+        == frames["episodes"] + (second["rollouts"]["recorded_episodes"])
+    )
 
 
 def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: Path) -> None:
