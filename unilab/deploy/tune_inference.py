@@ -135,7 +135,7 @@ def usable_space(
     for name, values in space.items():
         if name not in SETTINGS:
             raise TuneError(f"unknown setting {name!r}; settings: {', '.join(SETTINGS)}")
-        why = _why_not(name, inner, params)
+        why = _why_not(name, inner, params, type(chunked).__name__)
         if why:
             notes[name] = why
             continue
@@ -156,7 +156,7 @@ def usable_space(
     return usable, notes
 
 
-def _why_not(name: str, inner: object, params: set[str]) -> str:
+def _why_not(name: str, inner: object, params: set[str], owner: str) -> str:
     """Why the policy cannot use setting `name` ('' when it can)."""
     from unilab.deploy.vla_onnx_policy import OnnxVLAPolicy
     from unilab.policies.vla.policy import VLAPolicy
@@ -172,7 +172,7 @@ def _why_not(name: str, inner: object, params: set[str]) -> str:
             )
         if name == "best_of_n" and isinstance(inner, OnnxVLAPolicy):
             return "the ONNX graph holds no value heads to rank candidates; tune the run directory"
-        return f"{where} ({type(inner).__name__}) has no {name} in its executor"
+        return f"{where} ({owner}) has no {name} in its executor"
     head = getattr(inner, "head", None) or getattr(getattr(inner, "metadata", None), "head", None)
     if name == "noise_temperature" and head == "mse":
         return "the MSE head executes its mean and ignores the noise"
