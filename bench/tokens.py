@@ -143,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     t0 = time.perf_counter()
     from unilab.export.run_policy import load_run_policy
-
     from unilab.policies.vla.policy import VLAPolicy
 
     actor = load_run_policy(args.run).actor
