@@ -7,13 +7,13 @@ for every condition:
   K-step chains, `n_act` actions per chunk): with one token per episode drawn uniformly,
   and with the null token. Coverage = distinct end-effector paths per 100 episodes: the
   (x, y, z) position at `--points` equally spaced instants of the episode, each snapped to
-  a `--cell` metre grid; two episodes share a path when every instant falls in the same
+  a grid of each `--cells` size (m); two episodes share a path when every instant falls in the same
   cell. Success rates come with it.
 - **deployment choice** (deterministic chunks, the policy's own executor): success with
   the selector choosing the token (a run trained by flow_ppo with tokens), with each fixed
   token, and with the null token.
 
-    unilab bench tokens RUN [--episodes 100] [--seeds 0] [--cell 0.05] [--points 8]
+    unilab bench tokens RUN [--episodes 100] [--seeds 0] [--cells 0.05,0.1,0.2] [--points 4]
 """
 
 from __future__ import annotations
@@ -108,8 +108,11 @@ def coverage(run: Path, episodes: int, seed: int, tokens: bool, args: Any) -> di
 
     torch.manual_seed(seed)
     out = _episodes(task, act, on_end)
-    per100 = distinct_paths(out["paths"], args.points, args.cell) * 100.0 / episodes
-    return {"distinct_paths_per_100": per100, "success": float(out["success"].mean())}
+    row: dict[str, Any] = {"success": float(out["success"].mean())}
+    for cell in args.cells:
+        found = distinct_paths(out["paths"], args.points, cell)
+        row[f"paths_per_100@{cell:g}m"] = found * 100.0 / episodes
+    return row
 
 
 def deployment(run: Path, episodes: int, seed: int, token: int | None) -> dict[str, Any]:
@@ -129,16 +132,50 @@ def deployment(run: Path, episodes: int, seed: int, token: int | None) -> dict[s
     return {"success": float(out["success"].mean())}
 
 
+def ratios(rows: list[dict[str, Any]], cells: list[float]) -> dict[str, float]:
+    """Means over seeds: coverage with / without tokens per cell; deployment success of the
+    selector (if any) and of the null token over the best fixed token."""
+
+    def mean(values: list[float]) -> float:
+        return float(np.mean(values)) if values else float("nan")
+
+    out: dict[str, float] = {}
+    cov = [r for r in rows if r["measure"] == "coverage"]
+    for cell in cells:
+        key = f"paths_per_100@{cell:g}m"
+        with_t = mean([r[key] for r in cov if r["tokens"]])
+        without = mean([r[key] for r in cov if not r["tokens"]])
+        if cov and without > 0:
+            out[f"coverage_tokens_vs_null@{cell:g}m"] = with_t / without
+    dep = [r for r in rows if r["measure"] == "deployment"]
+    by: dict[str, list[float]] = {}
+    for r in dep:
+        by.setdefault(r["token"], []).append(r["success"])
+    fixed = [mean(v) for k, v in by.items() if k.startswith("token ")]
+    if fixed and max(fixed) > 0:
+        best = max(fixed)
+        out["null_vs_best_fixed_token"] = mean(by["null"]) / best
+        if "selector" in by:
+            out["selector_vs_best_fixed_token"] = mean(by["selector"]) / best
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="unilab bench tokens", description=__doc__)
     p.add_argument("run", type=Path, help="a bc_flow (algo.tokens=K) or flow_ppo run directory")
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
-    p.add_argument("--cell", type=float, default=0.05, help="grid cell of the path key (m)")
-    p.add_argument("--points", type=int, default=8, help="instants per path key")
+    p.add_argument(
+        "--cells",
+        default="0.05,0.1,0.2",
+        help="grid cells of the path key (m), comma-separated: a coverage figure per cell",
+    )
+    p.add_argument("--points", type=int, default=4, help="instants per path key")
     p.add_argument("--skip-coverage", action="store_true")
+    p.add_argument("--skip-deployment", action="store_true")
     p.add_argument("--out", default="bench/results/tokens.json")
     args = p.parse_args(argv)
+    args.cells = [float(c) for c in args.cells.split(",") if c.strip()]
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     t0 = time.perf_counter()
@@ -156,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             for tokens in (True, False):
                 r = coverage(args.run, args.episodes, seed, tokens, args)
                 rows.append({"seed": seed, "measure": "coverage", "tokens": tokens, **r})
+        if args.skip_deployment:
+            continue
         choices: list[tuple[str, int | None]] = [("null", -1)]
         choices += [(f"token {i}", i) for i in range(k)]
         if has_selector:
@@ -163,14 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         for label, token in choices:
             r = deployment(args.run, args.episodes, seed, token)
             rows.append({"seed": seed, "measure": "deployment", "token": label, **r})
-    print_table(rows, ["seed", "measure", "tokens", "token", "distinct_paths_per_100", "success"])
+    cover = [f"paths_per_100@{c:g}m" for c in args.cells]
+    print_table(rows, ["seed", "measure", "tokens", "token", *cover, "success"])
     doc = {
         "benchmark": "tokens",
+        "bench_command": "unilab bench tokens " + " ".join(argv or []),
+        "ratios": ratios(rows, args.cells),
         "run": str(args.run),
         "machine": machine_info(),
         "episodes": args.episodes,
         "seeds": seeds,
-        "cell_m": args.cell,
+        "cells_m": args.cells,
         "points": args.points,
         "n_tokens": k,
         "selector": has_selector,
