@@ -11,6 +11,10 @@ from unilab.config.schema import AlgoConfig
 @dataclass
 class WorldModelConfig(AlgoConfig):
     name: str = "world_model"
+    init: str = ""
+    """A world-model run directory (or checkpoint file) to start from: its weights and
+    normalizer statistics (fine-tuning, as `unilab wm loop` does each round); its model
+    settings (channels, latent_dim, dynamics_*, horizon) must be this config's. '' = fresh."""
     horizon: int = checked(8, ge=1)
     """H: control steps per predicted transition; the model steps one action chunk of H at a
     time (frame t, actions t..t+H-1 -> frame t+H), as the flow VLA executes them."""

@@ -87,19 +87,65 @@ def _check_pair(loaded: LoadedWorldModel, policy: VLAPolicy) -> None:
         )
 
 
+@dataclass
+class ModelRollouts:
+    """Every rollout of the policy inside the model, kept by the filter or not (B episodes
+    padded to T steps): what `generate` writes and what `unilab bench wm_filter` replays in
+    the simulator."""
+
+    rows: dict[str, np.ndarray]
+    """(B, T, ...) per store field (images, proprio, instruction, action) and `reward`."""
+    fields: list[str]
+    specs: dict[str, Any]
+    length: np.ndarray
+    """(B,) control steps of each episode (the model's done step, or max_steps)."""
+    outcome: np.ndarray
+    """(B,) 0 truncated at max_steps, 1 ended in failure, 2 ended in success (the model's
+    heads on the main path)."""
+    outcome_reencoded: np.ndarray
+    """(B,) the same on the re-encoded path."""
+    drift: np.ndarray
+    """(B,) relative latent drift between the two paths."""
+    keep: np.ndarray
+    """(B,) bool: passes the consistency filter."""
+    reason: list[str]
+    """Per episode '' (kept), 'outcome' or 'drift'."""
+    picks: np.ndarray
+    """(B,) index of the start episode in the start store."""
+    metas: list[EpisodeMeta]
+    seconds: float
+
+    @property
+    def predicted_success(self) -> np.ndarray:
+        return np.asarray(self.outcome == 2)
+
+
+def consistency(
+    outcome: np.ndarray, outcome_b: np.ndarray, drift: np.ndarray, max_drift: float
+) -> tuple[np.ndarray, list[str]]:
+    """The filter: keep where both paths predict the same outcome and the drift is within
+    `max_drift`. -> keep mask, reason per episode ('' kept, 'outcome', 'drift')."""
+    reason = [
+        "outcome" if a != b else ("drift" if d > max_drift else "")
+        for a, b, d in zip(outcome.tolist(), outcome_b.tolist(), drift.tolist(), strict=True)
+    ]
+    return np.array([r == "" for r in reason], bool), reason
+
+
 @torch.no_grad()
-def generate(
+def rollout_in_model(
     loaded: LoadedWorldModel,
     policy_run: Path,
     start_store: Path,
-    out_store: Path,
     *,
     episodes: int,
     max_steps: int,
     seed: int = 0,
     max_drift: float = 0.5,
-    wm_run: str = "",
-) -> GenerateReport:
+) -> tuple[ModelRollouts, Any]:
+    """Roll the policy of `policy_run` out inside the model from seeded start frames of
+    `start_store` (see the module doc); nothing is written. -> rollouts, the loaded policy
+    run."""
     if episodes < 1 or max_steps < 1:
         raise ValueError(f"episodes and max_steps must be >= 1, got {episodes}, {max_steps}")
     rp = load_run_policy(Path(policy_run))
@@ -187,20 +233,59 @@ def generate(
             break
     drift = drift_num / np.maximum(drift_den, 1e-12)
     stacked = {k: np.stack(v, 1) for k, v in rows.items()}  # (B, T, ...)
+    keep, reason = consistency(outcome_a, outcome_b, drift, max_drift)
+    rollouts = ModelRollouts(
+        rows=stacked,
+        fields=fields,
+        specs=specs,
+        length=length,
+        outcome=outcome_a,
+        outcome_reencoded=outcome_b,
+        drift=drift,
+        keep=keep,
+        reason=reason,
+        picks=np.asarray(picks),
+        metas=metas,
+        seconds=time.perf_counter() - started,
+    )
+    return rollouts, rp
+
+
+def generate(
+    loaded: LoadedWorldModel,
+    policy_run: Path,
+    start_store: Path,
+    out_store: Path,
+    *,
+    episodes: int,
+    max_steps: int,
+    seed: int = 0,
+    max_drift: float = 0.5,
+    wm_run: str = "",
+) -> GenerateReport:
+    started = time.perf_counter()
+    ro, rp = rollout_in_model(
+        loaded,
+        policy_run,
+        start_store,
+        episodes=episodes,
+        max_steps=max_steps,
+        seed=seed,
+        max_drift=max_drift,
+    )
+    stacked, fields, length, outcome_a = ro.rows, ro.fields, ro.length, ro.outcome
+    drift, picks, metas = ro.drift, ro.picks, ro.metas
     dropped = {"outcome": 0, "drift": 0}
     kept = 0
     successes = 0
     frames_written = 0
-    schema = StoreSchema({k: v for k, v in specs.items()})
+    schema = StoreSchema({k: v for k, v in ro.specs.items()})
     fps = 1.0 / float(rp.metadata.control_dt) if rp.metadata.control_dt else None
     with EpisodeStore.create(out_store, schema, overwrite=True) as out:
         batch = []
-        for e in range(b):
-            if outcome_a[e] != outcome_b[e]:
-                dropped["outcome"] += 1
-                continue
-            if drift[e] > max_drift:
-                dropped["drift"] += 1
+        for e in range(len(length)):
+            if ro.reason[e]:
+                dropped[ro.reason[e]] += 1
                 continue
             n = int(length[e])
             ep: dict[str, Any] = {k: stacked[k][e, :n] for k in fields}
@@ -234,7 +319,7 @@ def generate(
             frames_written += n
         out.append_episodes(batch)
     return GenerateReport(
-        generated=b,
+        generated=len(length),
         kept=kept,
         predicted_success=successes / max(kept, 1),
         frames=frames_written,

@@ -23,6 +23,7 @@ normalizer statistics), bit-exact resume, TensorBoard and the progress bar are t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -30,9 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from unilab.algos.base import Algorithm
+from unilab.algos.flow_ppo import checkpoint_file
 from unilab.algos.registry import register_algo
 from unilab.config.errors import ConfigError
 from unilab.runtime.torch_policy import PolicyModule
+from unilab.utils.checkpoint import CheckpointError
 from unilab.worldmodel.config import WorldModelConfig
 from unilab.worldmodel.model import WorldModel, to_unit
 
@@ -103,6 +106,27 @@ class WorldModelLearner(Algorithm):
         )
         self.step = 0
         self.generator = torch.Generator()  # nothing random in the loss; kept for the protocol
+        if cfg.init:
+            self._load_init(Path(cfg.init))
+
+    def _load_init(self, init: Path) -> None:
+        """Weights and normalizers of another world-model run (fine-tuning starts there)."""
+        try:
+            path, state = checkpoint_file(init)
+        except (FileNotFoundError, CheckpointError) as exc:
+            raise ConfigError(
+                f"algo.init={init}: no usable world-model checkpoint ({exc})"
+            ) from None
+        algo = state.get("algo") or {}
+        if "model" not in algo:
+            raise ConfigError(f"algo.init={init}: {path} holds no world model (algo=world_model)")
+        try:
+            self.model.load_state_dict(algo["model"])
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"algo.init={init}: its weights do not fit this model (train with the init "
+                f"run's channels, latent_dim, dynamics_width/layers, horizon): {exc}"
+            ) from None
 
     @staticmethod
     def build_actor(cfg: Any, obs_dims: dict[str, int], action_dim: int) -> PolicyModule:
@@ -189,6 +213,10 @@ class WorldModelLearner(Algorithm):
     # -- learning -------------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizers(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Fit on the training frames; from an init run, keep its statistics (its weights
+        were trained on them)."""
+        if self.cfg.init:
+            return
         m = self.model
         keep = ~batch["action_is_pad"].to(self.device)
         m.action_norm.fit(batch["action"].to(self.device)[keep])

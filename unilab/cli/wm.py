@@ -136,6 +136,65 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loop_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--world-model", required=True, help="world-model run to start from (algo.horizon=1)"
+    )
+    p.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
+    p.add_argument("--episodes", type=int, default=20, help="real rollouts per round")
+    p.add_argument("--synthetic", type=int, default=32, help="model rollouts per round")
+    p.add_argument("--max-steps", type=int, default=200, help="steps of a model rollout")
+    p.add_argument("--max-drift", type=float, default=0.5, help="consistency filter bound")
+    p.add_argument("--wm-steps", type=int, default=500, help="world-model fine-tuning steps")
+    p.add_argument(
+        "--wm-share",
+        type=float,
+        default=0.25,
+        help="share of every policy batch drawn from synthetic episodes (default 0.25)",
+    )
+    p.add_argument(
+        "--wm-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for the world model's fine-tuning (repeatable), e.g. algo.batch_size=32",
+    )
+    p.add_argument("--eval-episodes", type=int, default=None, help="default: --episodes")
+    p.add_argument("--eval-seed", type=int, default=12345)
+    p.add_argument("--seed", type=int, default=0, help="round k uses seed + 1000 k")
+    p.add_argument("--out", help="folder of the loop (default RUN/wm_loop)")
+    add_overrides(p, target="RUN")
+
+
+def _loop(args: argparse.Namespace) -> int:
+    from unilab.cli.options import split_items
+    from unilab.workflows.wm_loop import wm_loop
+
+    target, overrides = split_items(args.items, "wm loop", "policy run directory")
+    if target is None:
+        raise ConfigError("unilab wm loop needs a policy run: a bc_flow or awr_flow run")
+    wm_loop(
+        Path(target),
+        Path(args.world_model),
+        rounds=positive(args.rounds, "--rounds"),
+        episodes=positive(args.episodes, "--episodes"),
+        synthetic=positive(args.synthetic, "--synthetic"),
+        max_steps=positive(args.max_steps, "--max-steps"),
+        wm_steps=positive(args.wm_steps, "--wm-steps"),
+        wm_share=args.wm_share,
+        max_drift=args.max_drift,
+        out=args.out,
+        eval_episodes=(
+            None if args.eval_episodes is None else positive(args.eval_episodes, "--eval-episodes")
+        ),
+        eval_seed=args.eval_seed,
+        seed=args.seed,
+        overrides=overrides,
+        wm_overrides=args.wm_set,
+    )
+    return 0
+
+
 VERBS = [
     Verb("wm", "world model: train from an episode store, score open-loop fidelity", order=75),
     Verb(
@@ -166,6 +225,21 @@ VERBS = [
         "them with origin=wm and the model's checkpoint in their metadata. "
         "Example: unilab wm generate <wm run> --policy <vla run> --start-store demos.zarr "
         "store=synthetic.zarr",
+        parent="wm",
+    ),
+    Verb(
+        "loop",
+        "rounds of real rollouts -> world-model fine-tune -> synthetic rollouts -> awr_flow",
+        _loop,
+        _loop_arguments,
+        description="Each round rolls the policy out in the simulator (recorded with outcomes "
+        "into a copy of its demos store), fine-tunes the world model on that store from the "
+        "previous round's model, generates --synthetic origin=wm rollouts of the policy in it, "
+        "trains awr_flow on real + synthetic with the synthetic share pinned at --wm-share, "
+        "evaluates and writes round_<k>/round.json; key=value overrides go to the policy's "
+        "training, --wm-set ones to the world model's.",
+        epilog="example: unilab wm loop runs/arm_move_side/bc_flow/<ts> --world-model "
+        "runs/arm_move_side/world_model/<ts> --rounds 3 --episodes 20 --synthetic 64",
         parent="wm",
     ),
 ]
