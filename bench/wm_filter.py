@@ -1,0 +1,453 @@
+"""`unilab bench wm_filter`: does the consistency filter of `unilab wm generate` remove the
+rollouts whose predicted outcome the simulator contradicts? And how fast is generation
+against the simulator with its cameras?
+
+    unilab bench wm_filter --task arm_move_side --demos 40 --failures 40 --wm-steps 1500 \\
+        --vla-steps 300 --rollouts 48 --max-steps 120 [key=value ...]
+
+1. Episodes with per-episode seeds (every start state replays from its seed): `--demos`
+   solved episodes of the scripted expert, `--failures` episodes of the expert with a
+   constant per-episode offset on its motion axes (std drawn in [0, 0.3]: mostly failures,
+   some successes; executed actions recorded), and a held-out store of the same mixture
+   for start states.
+2. A one-step world model (`algo.horizon=1`) trains on demos + failures; a small bc_flow VLA
+   on the demos.
+3. `rollout_in_model`: the VLA rolled out inside the model from held-out start frames,
+   with the filter's verdict on every rollout (kept or not).
+4. The same action sequences are replayed open loop in the simulator from the same start
+   states (reset with the start episode's seed) for the model episode's length: the truth.
+   A rollout is *bad* when the model's predicted success differs from the simulator's.
+   Precision = bad among those the filter removed; recall = removed among the bad; also per
+   drift bound (the outcome check kept) and each check alone.
+5. Throughput on the same batch: generated frames/s (model step + decode, no policy; and
+   the whole generator with the policy and the filter's second path) against simulated and
+   rendered frames/s (the task stepping its envs with its cameras).
+
+Writes JSON (`rows`: one per filter setting and throughput measure; `ratios`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from unilab.bench.common import machine_info, write_json
+from unilab.config.compose import compose
+from unilab.data import EpisodeStore
+from unilab.data.episode import EpisodeMeta
+from unilab.tasks.base import IMAGE_PREFIX, INSTRUCTION
+from unilab.tasks.experts import make_expert
+from unilab.tasks.registry import make_task
+from unilab.workflows.train import train
+from unilab.worldmodel.fidelity import LoadedWorldModel, load_world_model
+from unilab.worldmodel.generate import ModelRollouts, consistency, rollout_in_model
+
+DEFAULT_OUT = "bench/results/wm_filter.json"
+TASK_OVERRIDES = ["task.cameras=[front]", "task.image_size=32"]
+WM_OVERRIDES = ["algo.channels=[16,32,64]", "algo.batch_size=32", "runtime.learner_threads=1"]
+VLA_OVERRIDES = [
+    "algo.batch_size=32",
+    "algo.model.width=64",
+    "algo.model.heads=2",
+    "algo.model.image_channels=[16,32]",
+    "algo.model.image_tokens_side=4",
+    "algo.model.horizon=8",
+    "algo.model.n_act=4",
+    "algo.model.num_steps=4",
+    "algo.model.prefix_layers=1",
+    "algo.model.expert_layers=2",
+    "runtime.learner_threads=1",
+]
+MAX_OFFSET = 0.3
+"""Failure episodes: the expert's motion axes get a constant offset of std U(0, MAX_OFFSET)
+(0.3 on arm_move_side: no episode solved; 0: every one)."""
+
+
+def _task(task: str, overrides: Sequence[str], envs: int, seed: int) -> Any:
+    cfg = compose([f"task={task}", *overrides])
+    return make_task(cfg.task, num_envs=envs, seed=seed, sim_cfg=cfg.sim)
+
+
+def record_episodes(
+    store: Path,
+    task: str,
+    seeds: Sequence[int],
+    *,
+    overrides: Sequence[str] = TASK_OVERRIDES,
+    max_offset: float = 0.0,
+    solved_only: bool = False,
+) -> dict[str, Any]:
+    """One episode per seed (the task's start state and the expert's draws from that seed),
+    the scripted expert driving, plus a constant offset of std U(0, max_offset) per episode
+    on its motion axes; the executed actions are recorded. Appended to `store` (created if
+    missing) with `seed` and `success` in the metadata. -> episodes, successes."""
+    seed_of = np.asarray(seeds, np.int64)
+    n = len(seed_of)
+    env = _task(task, overrides, n, int(seed_of[0]))
+    starting = [True]
+    env.episode_seeder = lambda ids: seed_of[ids] if starting[0] else seed_of[ids] + 10**7
+    obs = env.reset()
+    starting[0] = False
+    expert = make_expert(env, seed=int(seed_of[0]))
+    expert.reset(None, seeds=env.episode_seed)
+    rng = np.random.default_rng(int(seed_of[0]) + 1)
+    offset = rng.standard_normal((n, env.action_dim)) * rng.uniform(0, max_offset, (n, 1))
+    offset[:, -1] = 0.0  # the gripper command stays the expert's
+    texts = env.instruction_text(np.arange(n))
+    cams = [k for k in obs if k.startswith(IMAGE_PREFIX)]
+    rows: dict[str, list[np.ndarray]] = {}
+    done, success, length = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, np.int64)
+    while not done.all():
+        action = np.clip(expert.act() + offset, -1.0, 1.0).astype(np.float32)
+        out = env.step(action)
+        frame = {
+            "obs/policy": obs["policy"],
+            "obs/instruction": obs[INSTRUCTION],
+            "action": action,
+            "reward": out.reward,
+            "terminated": out.terminated,
+            "truncated": out.truncated,
+            **{k: obs[k] for k in cams},
+        }
+        for k, v in frame.items():
+            rows.setdefault(k, []).append(np.array(v, copy=True))
+        ended = (out.terminated | out.truncated) & ~done
+        success[ended] = out.extras["success"][ended] > 0.5
+        length[ended] = len(rows["action"])
+        done |= ended
+        obs = out.obs
+    keep = success if solved_only else np.ones(n, bool)
+    episodes = []
+    for e in np.flatnonzero(keep):
+        ep: dict[str, Any] = {k: np.stack([r[e] for r in v[: length[e]]]) for k, v in rows.items()}
+        ep["origin"] = "sim"
+        meta = EpisodeMeta(
+            task=task,
+            language_instruction=texts[e],
+            success=bool(success[e]),
+            seed=int(seed_of[e]),
+            robot=env.robot.name,
+            fps=1.0 / env.control_dt,
+            tags={"offset_std": float(np.linalg.norm(offset[e]))},
+        )
+        episodes.append((ep, meta))
+    spec = env.observation_spec()
+    env.close()
+    if not Path(store).exists():
+        from unilab.data import FieldSpec, StoreSchema
+
+        schema = StoreSchema.build(
+            obs={"policy": spec["policy"].shape},
+            action=len(offset[0]),
+            images={k.removeprefix(IMAGE_PREFIX): tuple(spec[k].shape) for k in cams},
+            extra={"obs/instruction": FieldSpec(tuple(spec[INSTRUCTION].shape), "int64")},
+        )
+        EpisodeStore.create(store, schema).close()
+    with EpisodeStore.open(store, "a") as st:
+        st.append_episodes(episodes)
+    return {"episodes": len(episodes), "successes": int(success[keep].sum())}
+
+
+def train_run(task: str, tokens: Sequence[str], out: Path, seed: int = 0) -> Path:
+    """A training run of `tokens` (world model or VLA), quiet, no eval/export/play."""
+    cfg = compose(
+        [
+            f"task={task}",
+            *tokens,
+            "eval.every=0",
+            "viz.rerun=false",
+            "run.export=false",
+            "run.quiet=true",
+            "run.play_episodes=0",
+            "logging.tensorboard=false",
+            f"run.seed={seed}",
+            f"run.out_dir={out}",
+        ]
+    )
+    run = train(cfg)
+    assert run is not None
+    return run.path
+
+
+def replay_in_sim(
+    task: str,
+    seeds: Sequence[int],
+    actions: np.ndarray,
+    length: np.ndarray,
+    overrides: Sequence[str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reset one env per seed (the start state of that seed's episode), step `actions`
+    (B, T, A) open loop for each env's `length` steps or until its episode ends.
+    -> (B,) success, (B,) proprioception of the start state (to check it is the stored one)."""
+    seed_of = np.asarray(seeds, np.int64)
+    n = len(seed_of)
+    env = _task(task, overrides, n, int(seed_of[0]))
+    env.episode_seeder = lambda ids: seed_of[ids]
+    obs = env.reset()
+    start = np.array(obs["policy"], copy=True)
+    done, success = np.zeros(n, bool), np.zeros(n, bool)
+    for t in range(int(length.max())):
+        out = env.step(actions[:, t].astype(np.float32))
+        live = ~done & (t < length)
+        ended = (out.terminated | out.truncated) & live
+        success[ended] = out.extras["success"][ended] > 0.5
+        done |= ended | (t + 1 >= length)
+    env.close()
+    return success, start
+
+
+def filter_quality(removed: np.ndarray, bad: np.ndarray) -> dict[str, Any]:
+    """Precision and recall of `removed` at finding `bad` rollouts."""
+    hit = int((removed & bad).sum())
+    return {
+        "removed": int(removed.sum()),
+        "bad": int(bad.sum()),
+        "removed_and_bad": hit,
+        "precision": hit / removed.sum() if removed.any() else None,
+        "recall": hit / bad.sum() if bad.any() else None,
+        "bad_rate_kept": float(bad[~removed].mean()) if (~removed).any() else None,
+        "bad_rate_all": float(bad.mean()),
+    }
+
+
+@torch.no_grad()
+def model_frames_per_s(loaded: LoadedWorldModel, batch: int, steps: int) -> float:
+    """Model step + decode (the generator's per-frame work, no policy), one batch."""
+    m = loaded.model
+    z = torch.randn(batch, len(m.cameras), m.latent)
+    p = torch.zeros(batch, m.proprio_dim)
+    pad = torch.zeros(batch, m.horizon, dtype=torch.bool)
+    gen = torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        action = torch.randn(batch, m.horizon, m.action_dim, generator=gen).clamp(-1, 1)
+        z, p, *_ = m.predict(z, p, action, pad)
+        (m.decode(z).clamp(0, 1) * 255).round().to(torch.uint8)
+    return batch * steps / (time.perf_counter() - t0)
+
+
+def sim_frames_per_s(task: str, overrides: Sequence[str], batch: int, steps: int) -> float:
+    """The task stepping `batch` envs with its cameras (each step renders the frames)."""
+    env = _task(task, overrides, batch, 0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (steps, batch, env.action_dim)).astype(np.float32)
+    t0 = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    seconds = time.perf_counter() - t0
+    env.close()
+    return batch * steps / seconds
+
+
+def _outcome_agreement(ro: ModelRollouts, sim_success: np.ndarray) -> dict[str, Any]:
+    pred = ro.predicted_success
+    return {
+        "predicted_success": float(pred.mean()),
+        "sim_success": float(sim_success.mean()),
+        "agreement": float((pred == sim_success).mean()),
+        "model_ended": float((ro.outcome > 0).mean()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="unilab bench wm_filter", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--task", default="arm_move_side")
+    parser.add_argument("--demos", type=int, default=40, help="solved expert episodes")
+    parser.add_argument("--failures", type=int, default=40, help="offset-expert episodes")
+    parser.add_argument("--starts", type=int, default=24, help="held-out start episodes")
+    parser.add_argument("--wm-steps", type=int, default=3000)
+    parser.add_argument("--vla-steps", type=int, default=1500)
+    parser.add_argument("--rollouts", type=int, default=64, help="policy rollouts in the model")
+    parser.add_argument("--max-steps", type=int, default=150)
+    parser.add_argument("--max-drift", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
+    parser.add_argument(
+        "overrides", nargs="*", help="world-model overrides, e.g. algo.latent_dim=32"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.demos, args.failures, args.starts, args.wm_steps, args.vla_steps = 4, 4, 4, 20, 4
+        args.rollouts, args.max_steps = 6, 20
+    torch.set_num_threads(1)
+    machine, started = machine_info(), time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="wm_filter_"))
+    task = args.task
+    train_store, start_store = work / "train.zarr", work / "starts.zarr"
+    t0 = time.perf_counter()
+    data = {
+        "demos": record_episodes(train_store, task, range(args.demos), solved_only=True),
+        "failures": record_episodes(
+            train_store, task, range(10_000, 10_000 + args.failures), max_offset=MAX_OFFSET
+        ),
+        "starts": record_episodes(
+            start_store, task, range(20_000, 20_000 + args.starts), max_offset=MAX_OFFSET
+        ),
+    }
+    print(f"episodes recorded in {time.perf_counter() - t0:.0f} s: {data}")
+    t0 = time.perf_counter()
+    wm_tokens = ["algo=world_model", "algo.horizon=1", f"algo.steps={args.wm_steps}"]
+    wm_run = train_run(
+        task,
+        [*TASK_OVERRIDES, *wm_tokens, *WM_OVERRIDES, f"data.store={train_store}", *args.overrides],
+        work / "wm",
+        args.seed,
+    )
+    wm_s = time.perf_counter() - t0
+    demos_store = work / "demos.zarr"
+    record_episodes(demos_store, task, range(args.demos), solved_only=True)
+    t0 = time.perf_counter()
+    vla_run = train_run(
+        task,
+        [
+            *TASK_OVERRIDES,
+            "algo=bc_flow",
+            f"algo.steps={args.vla_steps}",
+            f"algo.val_every={max(1, args.vla_steps)}",
+            *VLA_OVERRIDES,
+            f"data.store={demos_store}",
+        ],
+        work / "vla",
+        args.seed,
+    )
+    vla_s = time.perf_counter() - t0
+    print(f"world model {wm_s:.0f} s, VLA {vla_s:.0f} s")
+
+    loaded = load_world_model(wm_run)
+    ro, _ = rollout_in_model(
+        loaded,
+        vla_run,
+        start_store,
+        episodes=args.rollouts,
+        max_steps=args.max_steps,
+        seed=args.seed,
+        max_drift=args.max_drift,
+    )
+    generated = int(ro.length.sum())
+    gen_fps = args.rollouts * ro.rows["action"].shape[1] / ro.seconds
+    seeds = [int(ro.metas[e].seed or 0) for e in range(args.rollouts)]
+    with EpisodeStore.open(start_store, "r") as st:
+        stored = np.stack([st.episode(int(i), ["obs/policy"])["obs/policy"][0] for i in ro.picks])
+    sim_success, start_proprio = replay_in_sim(
+        task, seeds, ro.rows["action"], ro.length, TASK_OVERRIDES
+    )
+    start_match = float(np.isclose(start_proprio, stored, atol=1e-5).all(1).mean())
+    bad = ro.predicted_success != sim_success
+    rows: list[dict[str, Any]] = []
+    quality = filter_quality(~ro.keep, bad)
+    rows.append({"kind": "filter", "setting": f"outcome+drift<={args.max_drift}", **quality})
+    outcome_only = ro.outcome != ro.outcome_reencoded
+    rows.append({"kind": "filter", "setting": "outcome only", **filter_quality(outcome_only, bad)})
+    # fixed bounds, and the drift's own deciles (the useful range depends on the model)
+    deciles = np.quantile(ro.drift, np.linspace(0.1, 0.9, 9)).round(3).tolist()
+    for bound in sorted({0.1, 0.25, 0.5, 1.0, 2.0, 4.0, *deciles}):
+        keep, _ = consistency(ro.outcome, ro.outcome_reencoded, ro.drift, bound)
+        rows.append(
+            {"kind": "filter", "setting": f"outcome+drift<={bound}", **filter_quality(~keep, bad)}
+        )
+        rows.append(
+            {
+                "kind": "filter",
+                "setting": f"drift<={bound} only",
+                **filter_quality(ro.drift > bound, bad),
+            }
+        )
+
+    batch = args.rollouts
+    steps = min(100, args.max_steps)
+    model_fps = model_frames_per_s(loaded, batch, steps)
+    sim_fps = sim_frames_per_s(task, TASK_OVERRIDES, batch, steps)
+    rows += [
+        {
+            "kind": "throughput",
+            "setting": f"world model step+decode, batch {batch}",
+            "frames_per_s": model_fps,
+        },
+        {
+            "kind": "throughput",
+            "setting": f"generator (policy + both paths), batch {batch}",
+            "frames_per_s": gen_fps,
+        },
+        {
+            "kind": "throughput",
+            "setting": f"simulator + camera render, {batch} envs",
+            "frames_per_s": sim_fps,
+        },
+    ]
+    ratios = {
+        "filter_precision": quality["precision"],
+        "filter_recall": quality["recall"],
+        "bad_rate_kept_over_all": (
+            quality["bad_rate_kept"] / quality["bad_rate_all"]
+            if quality["bad_rate_kept"] is not None and quality["bad_rate_all"] > 0
+            else None
+        ),
+        "model_over_sim_frames_per_s": model_fps / sim_fps,
+        "generator_over_sim_frames_per_s": gen_fps / sim_fps,
+    }
+    print(f"{'setting':40s} {'removed':>7s} {'bad':>4s} {'precision':>9s} {'recall':>6s}")
+    for r in rows:
+        if r["kind"] == "filter":
+            p = "-" if r["precision"] is None else f"{r['precision']:.2f}"
+            c = "-" if r["recall"] is None else f"{r['recall']:.2f}"
+            print(f"{r['setting']:40s} {r['removed']:7d} {r['bad']:4d} {p:>9s} {c:>6s}")
+        else:
+            print(f"{r['setting']:40s} {r['frames_per_s']:.0f} frames/s")
+    doc = {
+        "benchmark": "wm_filter",
+        "bench_command": "unilab bench wm_filter " + " ".join(argv or []),
+        "machine": machine,
+        "quick": bool(args.quick),
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "task",
+                "demos",
+                "failures",
+                "starts",
+                "wm_steps",
+                "vla_steps",
+                "rollouts",
+                "max_steps",
+                "max_drift",
+                "seed",
+                "overrides",
+            )
+        }
+        | {
+            "task_overrides": TASK_OVERRIDES,
+            "wm_overrides": WM_OVERRIDES,
+            "vla_overrides": VLA_OVERRIDES,
+        },
+        "data": data,
+        "train_s": {"world_model": round(wm_s, 1), "vla": round(vla_s, 1)},
+        "rollouts": {
+            **_outcome_agreement(ro, sim_success),
+            "generated": args.rollouts,
+            "frames": generated,
+            "kept": int(ro.keep.sum()),
+            "start_state_match": start_match,
+            "drift_quantiles": np.quantile(ro.drift, [0.1, 0.5, 0.9]).round(4).tolist(),
+        },
+        "rows": rows,
+        "ratios": ratios,
+        "bench_wall_s": round(time.perf_counter() - started, 1),
+    }
+    out = write_json(Path(args.out), doc)
+    print(f"wrote {out} ({doc['bench_wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
