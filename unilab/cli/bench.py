@@ -22,6 +22,7 @@ BENCHMARKS = {
     "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
     "learn_vla": "tabletop imitation (bc_flow/bc_mse): in-sim success after a time budget",
     "learn_flow_ppo": "flow_ppo from one bc_flow run, with vs without tokens: success per env step",
+    "value_heads": "a VLA's value heads on held-out episodes: Brier, reliability, progress Spearman",
     "tokens": "exploration tokens: path coverage with vs without; selector vs fixed tokens",
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
