@@ -30,6 +30,7 @@ from unilab.export.vla_metadata import VLAMetadata
 from unilab.policies.vla.chunking import ChunkExecutor
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.policy import VLAPolicy
+from unilab.runtime.policy import ActionChunk
 
 
 @pytest.fixture(autouse=True)
@@ -59,10 +60,10 @@ class HeldChunks:
         return self.policy.action_dim
 
     def act(self, obs, deterministic=False):
-        raise NotImplementedError
+        return ActionChunk(self.act_inference(obs))  # deterministic: no noise to draw
 
     def act_inference(self, obs):
-        raise NotImplementedError
+        return self.plan(obs, None)
 
     def plan(self, obs, noise):
         action = self.policy.act_inference(obs)[:, 0]
