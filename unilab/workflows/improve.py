@@ -65,7 +65,7 @@ the rest are awr_flow's defaults unless overridden."""
 CARRIED_SECTIONS = ("task", "sim", "runtime", "eval", "logging", "data", "run")
 
 
-def _log(message: str) -> None:
+def status(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
@@ -190,7 +190,7 @@ def advantage_stats(run: Path) -> dict[str, float]:
     return out
 
 
-def _evaluate(run: Path, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate_run(run: Path, episodes: int, seed: int) -> dict[str, Any]:
     from unilab.deploy.evaluate import evaluate
     from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
@@ -208,7 +208,9 @@ def _evaluate(run: Path, episodes: int, seed: int) -> dict[str, Any]:
     }
 
 
-def _rollouts(run: Path, store: Path, folder: Path, episodes: int, seed: int) -> dict[str, Any]:
+def record_rollouts(
+    run: Path, store: Path, folder: Path, episodes: int, seed: int
+) -> dict[str, Any]:
     """Roll out `run` into `folder/rollouts.zarr`, append those episodes to `store`."""
     from unilab.deploy.play import play
     from unilab.deploy.policy_source import load_policy
@@ -243,7 +245,7 @@ def _rollouts(run: Path, store: Path, folder: Path, episodes: int, seed: int) ->
     }
 
 
-def _rate(value: float | None) -> str:
+def format_rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
@@ -257,7 +259,7 @@ def improve(
     eval_seed: int = 12345,
     seed: int = 0,
     overrides: Sequence[str] = (),
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
     written to `out/improve.json`. `eval_episodes` defaults to `episodes`; rollouts of
@@ -289,8 +291,8 @@ def improve(
 
     t_start = time.perf_counter()
     log(f"improve: evaluating the starting run {start} ({eval_episodes} episodes)")
-    baseline = _evaluate(start, eval_episodes, eval_seed)
-    log(f"round 0 (start): eval success {_rate(baseline['success_rate'])}")
+    baseline = evaluate_run(start, eval_episodes, eval_seed)
+    log(f"round 0 (start): eval success {format_rate(baseline['success_rate'])}")
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "start": str(start),
@@ -305,7 +307,7 @@ def improve(
         t0 = time.perf_counter()
         folder = out_dir / f"round_{k}"
         log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
-        rollouts = _rollouts(current, store, folder, episodes, seed + 1000 * k)
+        rollouts = record_rollouts(current, store, folder, episodes, seed + 1000 * k)
         frames = store_frames(store)
         log(
             f"round {k}/{rounds}: training awr_flow on {frames['total']} frames "
@@ -319,7 +321,7 @@ def improve(
             raise ConfigError("unilab improve trains in one process")
         trained = result.path
         log(f"round {k}/{rounds}: evaluating {trained} ({eval_episodes} episodes)")
-        evaluation = _evaluate(trained, eval_episodes, eval_seed)
+        evaluation = evaluate_run(trained, eval_episodes, eval_seed)
         stats = advantage_stats(trained)
         summary: dict[str, Any] = {
             "round": k,
@@ -337,9 +339,9 @@ def improve(
         report["wall_s"] = time.perf_counter() - t_start
         atomic_write_text(out_dir / "improve.json", json.dumps(report, indent=2) + "\n")
         log(
-            f"round {k}/{rounds}: eval success {_rate(evaluation['success_rate'])} "
-            f"(start {_rate(baseline['success_rate'])}); rollouts {rollouts['episodes']} "
-            f"episodes, success {_rate(rollouts['success_rate'])}; store {frames['total']} "
+            f"round {k}/{rounds}: eval success {format_rate(evaluation['success_rate'])} "
+            f"(start {format_rate(baseline['success_rate'])}); rollouts {rollouts['episodes']} "
+            f"episodes, success {format_rate(rollouts['success_rate'])}; store {frames['total']} "
             f"frames {frames['by_origin']}; advantage mean {stats.get('adv_mean', 0.0):+.3f}, "
             f"{100 * stats.get('adv_positive', 0.0):.0f} % positive, GAE weight "
             f"{stats.get('gae_weight', 0.0):.2f}; {summary['wall_s']:.0f} s"

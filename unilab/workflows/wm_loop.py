@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,22 +43,20 @@ from unilab.config.errors import ConfigError
 from unilab.utils.atomic import atomic_write_text
 from unilab.workflows.improve import (
     CARRIED_SECTIONS,
-    _evaluate,
-    _rollouts,
     advantage_stats,
     append_episodes,
+    evaluate_run,
+    format_rate,
+    record_rollouts,
     round_config,
     saved_config,
+    status,
     store_frames,
 )
 
 SCHEMA = "unilab.wm_loop/1"
 REAL_STORE = "real.zarr"
 WM_DEFAULTS = ("eval.every=0", "viz.rerun=false", "run.export=false")
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def world_model_config(
@@ -147,10 +144,6 @@ def _validation(run: Path) -> dict[str, float]:
     return {k: float(v) for k, v in val.items() if isinstance(v, int | float)}
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
-
-
 def wm_loop(
     run: str | Path,
     world_model: str | Path,
@@ -168,7 +161,7 @@ def wm_loop(
     seed: int = 0,
     overrides: Sequence[str] = (),
     wm_overrides: Sequence[str] = (),
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` rounds from policy `run` and world model `world_model` (module doc);
     returns the report written to `out/wm_loop.json` (default `run/wm_loop`). Rollouts and
@@ -218,8 +211,8 @@ def wm_loop(
 
     t_start = time.perf_counter()
     log(f"wm loop: evaluating the starting policy {start} ({eval_episodes} episodes)")
-    baseline = _evaluate(start, eval_episodes, eval_seed)
-    log(f"round 0 (start): eval success {_rate(baseline['success_rate'])}")
+    baseline = evaluate_run(start, eval_episodes, eval_seed)
+    log(f"round 0 (start): eval success {format_rate(baseline['success_rate'])}")
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "start": str(start),
@@ -237,7 +230,7 @@ def wm_loop(
         folder = out_dir / f"round_{k}"
         round_seed = seed + 1000 * k
         log(f"round {k}/{rounds}: rolling out {episodes} episodes of {policy} in the simulator")
-        rollouts = _rollouts(policy, real, folder, episodes, round_seed)
+        rollouts = record_rollouts(policy, real, folder, episodes, round_seed)
 
         log(f"round {k}/{rounds}: fine-tuning the world model {wm} ({wm_steps} steps)")
         wm_result = train(world_model_config(wm, real, folder / "wm", wm_steps, wm_overrides))
@@ -284,7 +277,7 @@ def wm_loop(
             raise ConfigError("unilab wm loop trains in one process")
         trained = result.path
         log(f"round {k}/{rounds}: evaluating {trained} ({eval_episodes} episodes)")
-        evaluation = _evaluate(trained, eval_episodes, eval_seed)
+        evaluation = evaluate_run(trained, eval_episodes, eval_seed)
         summary: dict[str, Any] = {
             "round": k,
             "init": str(policy),
@@ -313,9 +306,9 @@ def wm_loop(
         report["wall_s"] = time.perf_counter() - t_start
         atomic_write_text(out_dir / "wm_loop.json", json.dumps(report, indent=2) + "\n")
         log(
-            f"round {k}/{rounds}: eval success {_rate(evaluation['success_rate'])} (start "
-            f"{_rate(baseline['success_rate'])}); real rollouts {rollouts['episodes']} "
-            f"(success {_rate(rollouts['success_rate'])}); synthetic kept {generated.kept} of "
+            f"round {k}/{rounds}: eval success {format_rate(evaluation['success_rate'])} (start "
+            f"{format_rate(baseline['success_rate'])}); real rollouts {rollouts['episodes']} "
+            f"(success {format_rate(rollouts['success_rate'])}); synthetic kept {generated.kept} of "
             f"{generated.generated} (predicted success {generated.predicted_success:.2f}); "
             f"{summary['wall_s']:.0f} s"
         )
