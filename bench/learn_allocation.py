@@ -27,6 +27,12 @@ from unilab.utils.metrics import read_metrics
 from unilab.workflows.train import train
 
 DEFAULT_OUT = "bench/results/learn_allocation.json"
+BIN_KEYS = {
+    "arm_reach": "task.target_bins",
+    "arm_lift_cube": "task.cube_bins",
+    "cartpole_balance": "task.init_angle_bins",
+}
+"""The config key that cuts each task's starting conditions into reset bins."""
 
 
 def run_one(
@@ -143,7 +149,7 @@ def plot(runs: list[dict[str, Any]], path: Path, target: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.learn_allocation", description=__doc__)
     p.add_argument("--task", default="arm_reach")
-    p.add_argument("--bins", default="[2,2,2]", help="task.target_bins")
+    p.add_argument("--bins", default="[2,2,2]", help=f"reset bins, per task: {BIN_KEYS}")
     p.add_argument("--modes", default="uniform,thompson")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=600_000, help="env steps per run")
@@ -154,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="more key=value config overrides")
     args = p.parse_args(argv)
     modes = args.modes.split(",")
-    arms = {m: [f"task.target_bins={args.bins}", f"runtime.allocation={m}"] for m in modes}
+    if args.task not in BIN_KEYS:
+        p.error(f"--task {args.task!r} has no reset bins here; one of {', '.join(BIN_KEYS)}")
+    key = BIN_KEYS[args.task]
+    arms = {m: [f"{key}={args.bins}", f"runtime.allocation={m}"] for m in modes}
     compare_arms(args, arms, "bench.learn_allocation", argv, {"bins": args.bins})
     return 0
 

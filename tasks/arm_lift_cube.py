@@ -11,7 +11,14 @@ import numpy as np
 
 from unilab.config.schema import TaskConfig
 from unilab.robots.validate import validate_spec
-from unilab.tasks.arm_reach import GRIPPER_OPEN, ArmTask, check_box, sample_box
+from unilab.tasks.arm_reach import (
+    GRIPPER_OPEN,
+    ArmTask,
+    check_bins,
+    check_box,
+    grid_cell_box,
+    sample_box,
+)
 from unilab.tasks.registry import register_task
 
 # intprm of a contact sensor: report "found" and force, reduce to the net force, 1 contact.
@@ -51,6 +58,10 @@ class ArmLiftCubeConfig(TaskConfig):
     """Length scale (m) of the fine cube-to-goal term."""
     init_joint_noise: float = 0.1
     """Initial arm joint positions are the default pose +- this (rad), uniform."""
+    cube_bins: list[int] = field(default_factory=lambda: [1, 1])
+    """Reset bins: the cube's reset area cut into this many cells along x and y; each
+    episode places the cube in one cell (`runtime.allocation` chooses how often each).
+    [1, 1]: one area, no bins."""
 
 
 @register_task("arm_lift_cube", ArmLiftCubeConfig)
@@ -75,6 +86,7 @@ class ArmLiftCube(ArmTask):
     def __init__(self, cfg: ArmLiftCubeConfig, **kwargs: object) -> None:
         check_box(cfg.name, "goal", cfg.goal_low, cfg.goal_high)
         check_box(cfg.name, "cube", [*cfg.cube_low, 0.0], [*cfg.cube_high, 0.0])
+        check_bins(cfg.name, "cube_bins", cfg.cube_bins, "xy")
         for name in ("reach_sigma", "goal_sigma", "goal_fine_sigma"):
             if getattr(cfg, name) <= 0:
                 raise ValueError(f"task {cfg.name!r}: {name} must be > 0, got {getattr(cfg, name)}")
@@ -190,12 +202,21 @@ class ArmLiftCube(ArmTask):
     def terminations(self) -> dict[str, np.ndarray]:
         return {"cube_off_table": self.cube_pos[:, 2] < self.cfg.off_table_height}
 
+    @property
+    def num_reset_bins(self) -> int:
+        return int(np.prod(self.cfg.cube_bins))
+
     def reset_envs(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids)
         k = len(ids)
         qpos = self.home_qpos_rows(k, self.cfg.init_joint_noise)
         cube = self._cube_qpos
-        qpos[:, cube : cube + 2] = self.rng.uniform(self.cfg.cube_low, self.cfg.cube_high, (k, 2))
+        low, high = np.asarray(self.cfg.cube_low), np.asarray(self.cfg.cube_high)
+        if self.num_reset_bins > 1:
+            low, high = grid_cell_box(
+                self.cfg.cube_low, self.cfg.cube_high, self.cfg.cube_bins, self.episode_bin[ids]
+            )
+        qpos[:, cube : cube + 2] = self.rng.uniform(low, high, (k, 2))
         qpos[:, cube + 2] = CUBE_HALF_SIZE
         half_yaw = 0.5 * self.rng.uniform(-self.cfg.cube_yaw_range, self.cfg.cube_yaw_range, k)
         qpos[:, cube + 3 : cube + 7] = 0.0

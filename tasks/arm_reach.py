@@ -28,6 +28,26 @@ def sample_box(rng: np.random.Generator, low: list[float], high: list[float], n:
     )
 
 
+def grid_cell_box(
+    low: list[float], high: list[float], counts: list[int], bins: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(k, d) lower and upper corners of the cells `bins` of the box [low, high] cut into
+    `counts` equal cells per axis (bin = first-axis-major index into that grid)."""
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    n = np.asarray(counts)
+    cell = np.stack(np.unravel_index(np.asarray(bins), tuple(int(c) for c in n)), axis=-1)
+    size = (hi - lo) / n
+    return lo + cell * size, lo + (cell + 1) * size
+
+
+def check_bins(task: str, name: str, counts: list[int], axes: str) -> None:
+    if len(counts) != len(axes) or min(counts) < 1:
+        raise ValueError(
+            f"task {task!r}: {name}={list(counts)} must be {len(axes)} cell counts >= 1 "
+            f"(along {', '.join(axes)})"
+        )
+
+
 def check_box(task: str, name: str, low: list[float], high: list[float]) -> None:
     lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     if lo.shape != (3,) or hi.shape != (3,) or not (lo <= hi).all():
@@ -177,11 +197,7 @@ class ArmReach(ArmTask):
                 f"task {cfg.name!r}: resample_s must be >= 0 (got {cfg.resample_s}) and "
                 f"success_tolerance > 0 (got {cfg.success_tolerance})"
             )
-        if len(cfg.target_bins) != 3 or min(cfg.target_bins) < 1:
-            raise ValueError(
-                f"task {cfg.name!r}: target_bins={list(cfg.target_bins)} must be three cell "
-                "counts >= 1 (along x, y, z)"
-            )
+        check_bins(cfg.name, "target_bins", cfg.target_bins, "xyz")
         if cfg.tracking_sigma <= 0 or cfg.fine_tracking_sigma <= 0:
             raise ValueError(
                 f"task {cfg.name!r}: tracking_sigma and fine_tracking_sigma must be > 0, got "
@@ -214,11 +230,7 @@ class ArmReach(ArmTask):
     def bin_box(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(k, 3) lower and upper corners of the target cells of reset bins `bins` (bin =
         x-major index into the target_bins grid)."""
-        counts = np.asarray(self.cfg.target_bins)
-        cell = np.stack(np.unravel_index(np.asarray(bins), tuple(counts)), axis=-1)
-        low, high = np.asarray(self.cfg.target_low), np.asarray(self.cfg.target_high)
-        size = (high - low) / counts
-        return low + cell * size, low + (cell + 1) * size
+        return grid_cell_box(self.cfg.target_low, self.cfg.target_high, self.cfg.target_bins, bins)
 
     def _draw_targets(self, ids: np.ndarray) -> None:
         if self.num_reset_bins > 1:

@@ -58,6 +58,31 @@ def test_decay_forgets_old_outcomes() -> None:
     assert alloc.mean_success[0] > 0.85
 
 
+def test_iterations_without_outcomes_do_not_decay_the_evidence() -> None:
+    # Episodes that start together end together: outcomes come in bursts, and the quiet
+    # iterations between bursts must not wash the last burst out.
+    alloc = BinAllocator(2, decay=0.5)
+    alloc.update(np.array([0, 0, 0, 1, 1, 1]), np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0]))
+    alpha, beta = alloc.alpha.copy(), alloc.beta.copy()
+    for _ in range(20):
+        alloc.update(np.full(8, -1), np.zeros(8))
+    np.testing.assert_array_equal(alloc.alpha, alpha)
+    np.testing.assert_array_equal(alloc.beta, beta)
+
+
+def test_published_shares_average_many_draws_so_one_publish_does_not_swing() -> None:
+    # Two bins with identical evidence: a single Thompson draw splits them anywhere between
+    # 0 and 1; the mean over 256 draws stays near half and half.
+    alloc = BinAllocator(2, "thompson", floor=0.0, seed=3)
+    alloc.update(np.repeat([0, 1], 6), np.tile([1.0, 0.0], 6))
+    shares = np.array([alloc.draw_probs()[0] for _ in range(50)])
+    assert np.all(np.abs(shares - 0.5) < 0.1), shares
+    single = BinAllocator(2, "thompson", floor=0.0, draws=1, seed=3)
+    single.update(np.repeat([0, 1], 6), np.tile([1.0, 0.0], 6))
+    one_draw = np.array([single.draw_probs()[0] for _ in range(50)])
+    assert np.abs(one_draw - 0.5).max() > 0.2, one_draw
+
+
 def test_steps_without_an_ended_episode_are_ignored_and_bad_input_is_refused() -> None:
     alloc = BinAllocator(3)
     stats = alloc.update(np.array([-1, 0, 2, -1]), np.array([1.0, 1.0, 0.0, 1.0]))
@@ -102,6 +127,24 @@ def test_arm_reach_draws_targets_in_the_allocated_cells() -> None:
     assert set(ended) == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="target_bins"):
         make_task(ArmReachConfig(target_bins=[2, 0, 1]), num_envs=1)
+
+
+def test_arm_lift_places_the_cube_in_the_allocated_cells() -> None:
+    from unilab.tasks.arm_lift_cube import ArmLiftCubeConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = ArmLiftCubeConfig(cube_low=[0.3, -0.2], cube_high=[0.7, 0.2], cube_bins=[4, 1])
+    task = make_task(cfg, num_envs=32, seed=0)
+    assert task.num_reset_bins == 4
+    for b, (x_low, x_high) in enumerate([(0.3, 0.4), (0.4, 0.5), (0.5, 0.6), (0.6, 0.7)]):
+        task.bin_probs = np.eye(4, dtype=np.float32)[b]
+        task.reset()
+        x, y = task.cube_pos[:, 0], task.cube_pos[:, 1]
+        assert (task.episode_bin == b).all()
+        assert (x >= x_low - 1e-6).all() and (x <= x_high + 1e-6).all(), (b, x)
+        assert (np.abs(y) <= 0.2 + 1e-6).all() and np.ptp(y) > 0.1  # y spans the whole area
+    with pytest.raises(ValueError, match="cube_bins"):
+        make_task(ArmLiftCubeConfig(cube_bins=[2, 1, 1]), num_envs=1)
 
 
 def test_cartpole_starts_each_bin_in_its_band_of_pole_angles() -> None:

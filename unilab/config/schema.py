@@ -85,7 +85,8 @@ class RuntimeConfig:
     """How episodes are spread over a task's reset bins (`target_bins`, ...): uniform, or
     thompson (more where outcomes are still mixed; unilab.runtime.allocation)."""
     allocation_decay: float = checked(0.9, gt=0, le=1)
-    """Per-iteration decay of the bins' outcome evidence (1: never forget)."""
+    """Decay of the bins' outcome evidence per iteration in which episodes ended (1: never
+    forget)."""
     allocation_floor: float = checked(0.2, ge=0, le=1)
     """Share of episodes spread evenly over all bins whatever the posteriors say."""
     allocation_success_return: float | None = None

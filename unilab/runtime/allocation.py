@@ -8,12 +8,18 @@ whose outcomes in a bin are all 1 or all 0 teach a policy-gradient learner littl
 `thompson` puts the budget where outcomes are still mixed:
 
 - per bin a Beta(a, b) posterior over the success probability p, starting at Beta(1, 1);
-  each update first decays the evidence (a - 1, b - 1 times `decay`), so the posterior
-  tracks a policy that improves, then adds the new successes and failures;
-- each publish draws p_k ~ Beta(a_k, b_k) per bin (Thompson sampling) and scores the bin
-  by the outcome variance p_k (1 - p_k);
+  each update that carries outcomes first decays the evidence (a - 1, b - 1 times
+  `decay`), so the posterior tracks a policy that improves, then adds the new successes
+  and failures. Updates without an ended episode leave it alone: episodes that start
+  together end together, so outcomes arrive in bursts many iterations apart, and decaying
+  on every iteration forgot most of a burst before the next one came;
+- each publish draws p_k ~ Beta(a_k, b_k) per bin (Thompson sampling), scores the bin by
+  the outcome variance p_k (1 - p_k) and normalises the scores to a share; the published
+  share is the mean over `draws` such draws. One publish sets the bins of every episode
+  that starts before the next, often all of them at once, so a single draw swung whole
+  bursts onto one bin (0.81 of the budget, then 0.08);
 - probabilities = floor / B for every bin (none starves: its posterior keeps moving) plus
-  (1 - floor) in proportion to the scores.
+  (1 - floor) times the share.
 
 `uniform` keeps 1 / B for every bin (the posteriors still update, for logging).
 """
@@ -45,6 +51,7 @@ class BinAllocator:
         *,
         decay: float = 0.9,
         floor: float = 0.2,
+        draws: int = 256,
         seed: int = 0,
     ) -> None:
         if num_bins < 1:
@@ -55,7 +62,10 @@ class BinAllocator:
             raise ValueError(f"allocation decay must be in (0, 1], got {decay}")
         if not 0.0 <= floor <= 1.0:
             raise ValueError(f"allocation floor must be in [0, 1], got {floor}")
+        if draws < 1:
+            raise ValueError(f"allocation draws must be >= 1, got {draws}")
         self.num_bins = int(num_bins)
+        self.draws = int(draws)
         self.mode = mode
         self.decay = float(decay)
         self.floor = float(floor)
@@ -67,7 +77,8 @@ class BinAllocator:
 
     def update(self, bins: np.ndarray, outcomes: np.ndarray) -> BinStats:
         """Decay the evidence once, then add the outcomes (0/1) of episodes ended in `bins`
-        (ints in [0, B); -1 entries, steps where no episode ended, are ignored)."""
+        (ints in [0, B); -1 entries, steps where no episode ended, are ignored). Without
+        any ended episode nothing changes."""
         bins = np.asarray(bins, dtype=np.int64).reshape(-1)
         outcomes = np.asarray(outcomes, dtype=np.float64).reshape(-1)
         if bins.shape != outcomes.shape:
@@ -78,6 +89,8 @@ class BinAllocator:
             raise ValueError(f"bin {int(bins.max())} is outside [0, {self.num_bins})")
         episodes = np.bincount(bins, minlength=self.num_bins).astype(np.float64)
         successes = np.bincount(bins, weights=outcomes, minlength=self.num_bins)
+        if bins.size == 0:
+            return BinStats(episodes, successes)
         self.alpha = 1.0 + self.decay * (self.alpha - 1.0) + successes
         self.beta = 1.0 + self.decay * (self.beta - 1.0) + (episodes - successes)
         return BinStats(episodes, successes)
@@ -94,10 +107,10 @@ class BinAllocator:
         if self.mode == "uniform" or b == 1:
             probs = np.full(b, 1.0 / b)
         else:
-            p = self.rng.beta(self.alpha, self.beta)
+            p = self.rng.beta(self.alpha, self.beta, size=(self.draws, b))
             score = p * (1.0 - p)
-            total = float(score.sum())
-            share = score / total if total > 0 else np.full(b, 1.0 / b)
+            total = score.sum(axis=1, keepdims=True)
+            share = np.where(total > 0, score / np.maximum(total, 1e-300), 1.0 / b).mean(axis=0)
             probs = self.floor / b + (1.0 - self.floor) * share
         self.probs = probs / probs.sum()
         return self.probs.astype(np.float32)
