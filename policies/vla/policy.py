@@ -21,12 +21,13 @@ from torch import nn
 
 from unilab.policies.normalizer import RunningNormalizer
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
-from unilab.policies.vla.chunking import ChunkExecutor
+from unilab.policies.vla.chunking import ChunkExecutor, Planner
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sample_time, time_grid
 from unilab.policies.vla.flow_noise import Chain, NoiseHead, chain_log_prob, sample_chain
 from unilab.policies.vla.mse_head import GaussianChunkHead
 from unilab.policies.vla.normalize import ActionNormalizer
+from unilab.policies.vla.planner import check_best_of_n, make_planner
 from unilab.policies.vla.prefix import Prefix, PrefixEncoder
 from unilab.policies.vla.state_head import StateHead
 from unilab.policies.vla.tokens import SELECT_TOKEN, TokenSampler, TokenSelector
@@ -509,92 +510,22 @@ class VLAPolicy(PolicyModule):
         ctx = self.context(obs).repeat(k)
         return chain_log_prob(self._batch_step_fn(ctx), states)
 
-    # -- numpy planner for the chunk executor ---------------------------------------------
+    # -- chunked execution (the numpy planner and best-of-N: `planner.py`) ---------------
     def planner(
         self,
         guidance_scale: float | None = None,
         best_of_n: int = 1,
         noise_temperature: float = 1.0,
         seed: int = 0,
-    ) -> Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]:
-        """(obs as numpy, noise (n, H, A)) -> chunks (n, H, A) numpy: the deterministic path
-        with the given noise, for `chunking.ChunkExecutor`.
-
-        `guidance_scale` (None: the configured one) integrates with classifier-free
-        guidance at that scale. `best_of_n` > 1 plans N candidates per env and keeps the one
-        the value heads rank highest (`best_of_n_candidates`): candidate 0 from the given
-        noise, the others from a stream seeded by `seed`, scaled by `noise_temperature`."""
-        scale = self.cfg.guidance_scale if guidance_scale is None else float(guidance_scale)
-        if best_of_n > 1:
-            self.check_best_of_n()
-        rng = np.random.default_rng([int(seed), 0x0B0F])
-
-        def chunks(obs: Mapping[str, np.ndarray], noise: np.ndarray) -> torch.Tensor:
-            tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
-            if self.gaussian is not None or scale == self.cfg.guidance_scale:
-                chunk, _ = self.sample(tensors, deterministic=True, noise=torch.from_numpy(noise))
-                return chunk
-            with torch.inference_mode():
-                self.check_obs(tensors)
-                out = self.sample_normalized(
-                    self._to_device(tensors), torch.from_numpy(noise).to(self.device), scale
-                )
-                return self.action_norm.unnormalize(out)
-
-        def plan(obs: Mapping[str, np.ndarray], noise: np.ndarray) -> np.ndarray:
-            if best_of_n <= 1:
-                return chunks(obs, noise).cpu().numpy()
-            n = noise.shape[0]
-            extra = rng.standard_normal((best_of_n - 1, *noise.shape), dtype=np.float32)
-            extra *= np.float32(noise_temperature)
-            noises = np.concatenate([noise[None], extra]).reshape(-1, *noise.shape[1:])
-            stacked = self.best_of_n_candidates(obs, best_of_n)
-            candidates = (
-                chunks(stacked, noises).cpu().numpy().reshape(best_of_n, n, *noise.shape[1:])
-            )
-            pick = self.rank_candidates(stacked, best_of_n)
-            return candidates[pick, np.arange(n)]
-
-        return plan
+    ) -> Planner:
+        """(obs as numpy, noise (n, H, A)) -> chunks (n, H, A) numpy for
+        `chunking.ChunkExecutor`: guidance at `guidance_scale` (None: the configured one),
+        `best_of_n` candidates ranked by the value heads (`planner.make_planner`)."""
+        return make_planner(self, guidance_scale, best_of_n, noise_temperature, seed)
 
     def check_best_of_n(self) -> None:
-        """A ValueError unless best-of-N can rank candidates: the value heads read the prefix
-        (observation and conditions), not the chunk, so candidates must differ in a condition
-        they see: the behaviour token."""
-        if self.value_heads is None:
-            raise ValueError(
-                "best_of_n > 1 ranks candidates with the value heads; this VLA has none "
-                "(model.value_heads=false)"
-            )
-        if "token" not in self.prefix.conditions:
-            raise ValueError(
-                "best_of_n > 1 needs behaviour tokens (model.n_tokens > 0): the value heads "
-                "read the observation, not the chunk, so candidates that differ only in noise "
-                "all score the same"
-            )
-
-    def best_of_n_candidates(
-        self, obs: Mapping[str, np.ndarray], n_candidates: int
-    ) -> dict[str, np.ndarray]:
-        """`obs` of n envs repeated `n_candidates` times (candidate-major, N * n rows), the
-        behaviour token of candidate j set to j mod n_tokens."""
-        n = int(np.asarray(obs[self.inputs.obs_keys[0]]).shape[0])
-        stacked = {k: np.concatenate([np.asarray(v)] * n_candidates) for k, v in obs.items()}
-        tokens = np.repeat(np.arange(n_candidates) % self.cfg.n_tokens, n).astype(np.int64)
-        stacked["token"] = tokens
-        return stacked
-
-    def rank_candidates(self, stacked: Mapping[str, np.ndarray], n_candidates: int) -> np.ndarray:
-        """(n,) index of each env's best candidate in `stacked` (candidate-major rows): the
-        highest predicted success, then the highest progress."""
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in stacked.items()}
-        with torch.inference_mode():
-            values = self.predict_values(tensors)
-        success = values["success"].float().cpu().numpy().reshape(n_candidates, -1)
-        progress = values["progress"].float().cpu().numpy().reshape(n_candidates, -1)
-        # lexsort: the last key is primary; negated so the largest sorts first
-        order = np.lexsort((-progress, -success), axis=0)
-        return order[0]
+        """A ValueError unless best-of-N can rank candidates (`planner.check_best_of_n`)."""
+        check_best_of_n(self)
 
     def executor(
         self,
