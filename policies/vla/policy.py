@@ -24,8 +24,9 @@ from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
 from unilab.policies.vla.chunking import ChunkExecutor, Planner
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sample_time, time_grid
-from unilab.policies.vla.flow_noise import Chain, NoiseHead, chain_log_prob, sample_chain
+from unilab.policies.vla.flow_noise import Chain, NoiseHead
 from unilab.policies.vla.mse_head import GaussianChunkHead
+from unilab.policies.vla.noisy_chain import noisy_chain_log_prob, sample_noisy_chain
 from unilab.policies.vla.normalize import ActionNormalizer
 from unilab.policies.vla.planner import check_best_of_n, make_planner
 from unilab.policies.vla.prefix import Prefix, PrefixEncoder
@@ -459,35 +460,7 @@ class VLAPolicy(PolicyModule):
             return self.action_norm.unnormalize(chain.actions), chain.log_prob.sum(-1)
         return self.forward(obs, noise), None
 
-    # -- chains with log-probabilities (RL) -----------------------------------------------
-    def _noise_head(self) -> NoiseHead:
-        if self.noise_head is None:
-            raise ValueError("log-probabilities of flow chains need cfg.flow_noise=True")
-        return self.noise_head
-
-    def _step_fn(
-        self, ctx: ExpertContext
-    ) -> Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]:
-        expert, head = self._expert(), self._noise_head()
-        mods = expert.step_modulations(ctx, time_grid(self.num_steps, self.device)[:-1])
-
-        def step(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-            v, hidden = expert.run(ctx, mods[k], x)
-            return v, head(hidden)
-
-        return step
-
-    def _batch_step_fn(
-        self, ctx: ExpertContext
-    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        expert, head = self._expert(), self._noise_head()
-
-        def step(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            v, hidden = expert(ctx, x, t)
-            return v, head(hidden)
-
-        return step
-
+    # -- chains with log-probabilities (RL: `noisy_chain.py`) -----------------------------
     def sample_chain(
         self,
         obs: Obs,
@@ -495,20 +468,14 @@ class VLAPolicy(PolicyModule):
         step_noise: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> Chain:
-        """A stochastic K-step chain (normalized units) with its exact log-probability."""
-        n = next(iter(obs.values())).shape[0]
-        x0 = self.draw_noise(n, generator) if noise is None else noise
-        ctx = self.context(obs)
-        return sample_chain(self._step_fn(ctx), x0, self.num_steps, step_noise, generator)
+        """A stochastic K-step chain (normalized units) with its exact log-probability
+        (`noisy_chain.sample_noisy_chain`)."""
+        return sample_noisy_chain(self, obs, noise, step_noise, generator)
 
     def chain_log_prob(self, obs: Obs, states: torch.Tensor) -> torch.Tensor:
         """(N, H) log-probability of stored chains (N, K + 1, H, A) under the current
-        parameters (differentiable: the PPO ratio's numerator)."""
-        k = states.shape[1] - 1
-        if k != self.num_steps:
-            raise ValueError(f"chains have {k} steps; this policy integrates {self.num_steps}")
-        ctx = self.context(obs).repeat(k)
-        return chain_log_prob(self._batch_step_fn(ctx), states)
+        parameters, differentiable (`noisy_chain.noisy_chain_log_prob`)."""
+        return noisy_chain_log_prob(self, obs, states)
 
     # -- chunked execution (the numpy planner and best-of-N: `planner.py`) ---------------
     def planner(
