@@ -14,8 +14,10 @@ mode the mean over seeds. Writes JSON and a PNG of evaluation success against en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,33 +88,57 @@ def run_one(
     }
 
 
+def _to_target(run: dict[str, Any]) -> tuple[float, float]:
+    """(env steps, wall s) to the target; a run that never reached it counts at its whole
+    budget (its last evaluation's steps, its whole wall time): a lower bound."""
+    if run["steps_to_target"] is not None:
+        return float(run["steps_to_target"]), float(run["wall_s_to_target"])
+    last_steps = float(run["curve"][-1][0]) if run["curve"] else 0.0
+    return last_steps, float(run["wall_s"])
+
+
 def summarize(runs: list[dict[str, Any]], modes: list[str]) -> list[dict[str, Any]]:
+    """Per mode: seeds, how many reached the target, mean steps and wall seconds to it
+    (unreached runs counted at their whole budget, so with reached < seeds the mean is a
+    lower bound), and the mean final evaluation success."""
     table = []
     for mode in modes:
         mine = [r for r in runs if r["mode"] == mode]
         hit = [r for r in mine if r["steps_to_target"] is not None]
+        to_target = np.array([_to_target(r) for r in mine]).reshape(-1, 2)
         table.append(
             {
                 "mode": mode,
                 "seeds": len(mine),
                 "reached": len(hit),
-                "mean_steps_to_target": float(np.mean([r["steps_to_target"] for r in hit]))
-                if hit
-                else None,
-                "mean_wall_s_to_target": float(np.mean([r["wall_s_to_target"] for r in hit]))
-                if hit
-                else None,
+                "mean_steps_to_target": float(to_target[:, 0].mean()) if mine else None,
+                "mean_wall_s_to_target": float(to_target[:, 1].mean()) if mine else None,
                 "mean_final_success": float(np.mean([r["final_eval_success"] for r in mine])),
             }
         )
     return table
 
 
+def paired(runs: list[dict[str, Any]], modes: list[str]) -> dict[str, int]:
+    """Seeds on which the second mode reached the target in fewer env steps, and in less
+    wall time, than the first (unreached runs counted at their whole budget)."""
+    a = {r["seed"]: _to_target(r) for r in runs if r["mode"] == modes[0]}
+    b = {r["seed"]: _to_target(r) for r in runs if r["mode"] == modes[1]}
+    seeds = sorted(set(a) & set(b))
+    return {
+        "seeds_compared": len(seeds),
+        f"seeds_{modes[1]}_fewer_steps": sum(b[s][0] < a[s][0] for s in seeds),
+        f"seeds_{modes[1]}_less_wall": sum(b[s][1] < a[s][1] for s in seeds),
+    }
+
+
 def ratios(table: list[dict[str, Any]]) -> dict[str, float | None]:
     """`<b>_vs_<a>_steps_to_target` and `..._wall_to_target`: a's mean over b's (> 1: b
     reaches the target sooner), for the second mode against the first."""
-    a, b = table[0], table[1]
     out: dict[str, float | None] = {}
+    if len(table) < 2:
+        return out
+    a, b = table[0], table[1]
     for key, label in (("mean_steps_to_target", "steps"), ("mean_wall_s_to_target", "wall")):
         ok = a[key] is not None and b[key] is not None and b[key] > 0
         out[f"{b['mode']}_vs_{a['mode']}_{label}_to_target"] = a[key] / b[key] if ok else None
@@ -157,8 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=40, help="learner iterations")
     p.add_argument("--eval-episodes", type=int, default=64)
     p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument("--runs-dir", help="keep the run directories here (default: a temp dir)")
+    p.add_argument(
+        "--summarize",
+        metavar="JSON",
+        help="recompute the table, ratios and paired counts of a written result and exit",
+    )
     p.add_argument("overrides", nargs="*", help="more key=value config overrides")
     args = p.parse_args(argv)
+    if args.summarize:
+        resummarize(Path(args.summarize))
+        return 0
     modes = args.modes.split(",")
     if args.task not in BIN_KEYS:
         p.error(f"--task {args.task!r} has no reset bins here; one of {', '.join(BIN_KEYS)}")
@@ -166,6 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     arms = {m: [f"{key}={args.bins}", f"runtime.allocation={m}"] for m in modes}
     compare_arms(args, arms, "bench.learn_allocation", argv, {"bins": args.bins})
     return 0
+
+
+def resummarize(path: Path) -> None:
+    """Rewrite a result's `rows`, `ratios` and `paired` from its `runs`."""
+    import json
+
+    result = json.loads(path.read_text())
+    modes = list(result["arms"])
+    table = summarize(result["runs"], modes)
+    result.update(rows=table, ratios=ratios(table), paired=paired(result["runs"], modes))
+    print_table(table, list(table[0]))
+    write_json(path, result)
+    print(f"rewrote {path}")
+
+
+@contextlib.contextmanager
+def _kept(path: str) -> Iterator[str]:
+    Path(path).mkdir(parents=True, exist_ok=True)
+    yield path
 
 
 def compare_arms(
@@ -179,7 +233,8 @@ def compare_arms(
     hits all arms alike; print the table, write JSON (`rows`, `ratios` of the second arm
     against the first) and the curves' PNG to `args.out`."""
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
+    keep = getattr(args, "runs_dir", None)
+    with tempfile.TemporaryDirectory() if keep is None else _kept(keep) as tmp:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for name, arm in arms.items():
                 print(f"{name} seed {seed} ...", file=sys.stderr, flush=True)
@@ -200,6 +255,7 @@ def compare_arms(
             "target": args.target,
             "rows": table,
             "ratios": ratios(table),
+            "paired": paired(runs, list(arms)) if len(arms) > 1 else {},
             "runs": runs,
             "plot": str(png),
             "machine": machine_info(),
