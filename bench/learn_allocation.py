@@ -162,7 +162,9 @@ def plot(runs: list[dict[str, Any]], path: Path, target: float) -> None:
         steps = [c[0] for c in r["curve"]]
         rate = [c[2] for c in r["curve"]]
         label = f"{r['mode']} seed {r['seed']}"
-        ax.plot(steps, rate, color=colours.get(r["mode"], "grey"), alpha=0.8, label=label)
+        style = ("-", "--", ":", "-.")[int(r["seed"]) % 4]
+        colour = colours.get(r["mode"], "grey")
+        ax.plot(steps, rate, color=colour, ls=style, alpha=0.8, label=label)
     ax.axhline(target, color="black", lw=0.8, ls="--")
     ax.set_xlabel("env steps")
     ax.set_ylabel("eval success (uniform bins)")
@@ -212,6 +214,7 @@ def resummarize(path: Path) -> None:
     table = summarize(result["runs"], modes)
     result.update(rows=table, ratios=ratios(table), paired=paired(result["runs"], modes))
     print_table(table, list(table[0]))
+    plot(result["runs"], path.with_suffix(".png"), float(result["target"]))
     write_json(path, result)
     print(f"rewrote {path}")
 
