@@ -28,6 +28,28 @@ def _velocity(doc: dict[str, Any]) -> str:
     )
 
 
+def _metres_per_s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} m/s"
+
+
+def _walking(doc: dict[str, Any]) -> str:
+    ev = doc["evaluation"]
+    return (
+        f"|vx error| {_metres_per_s(ev['mean_abs_vx_error'])} at vx={ev['command'][0]:g}, "
+        f"{ev['fall_rate']:.0%} falls over {ev['episodes']} episodes, "
+        f"after {doc['budget_minutes']:g} min"
+    ).replace("%", " %", 1)
+
+
+def _curriculum(doc: dict[str, Any]) -> str:
+    ev, levels = doc["evaluation"], doc["curriculum"]
+    return (
+        f"terrain level {levels['level_reached']} of 0..{levels['hardest_level']} reached, "
+        f"|vx error| {_metres_per_s(ev['mean_abs_vx_error'])} at vx={ev['command'][0]:g} on "
+        f"level {levels['hardest_level']}, after {doc['budget_minutes']:g} min"
+    )
+
+
 Summary = Callable[[dict[str, Any]], str]
 
 # task -> (bench name, result files (the newest of them is shown), one-line summary).
@@ -40,6 +62,12 @@ TASK_RESULTS: dict[str, tuple[str, tuple[str, ...], Summary]] = {
         "learn_quadruped",
         ("learn_quadruped.full_commands.json",),
         _velocity,
+    ),
+    "humanoid_walk": ("learn_humanoid", ("learn_humanoid.json",), _walking),
+    "quadruped_joystick_rough": (
+        "learn_quadruped_rough",
+        ("learn_quadruped_rough.json",),
+        _curriculum,
     ),
 }
 

@@ -69,8 +69,11 @@ class QuadrupedJoystickRoughConfig(LocomotionConfig):
     """The curriculum terrain (tiles of rising difficulty in one height field)."""
     curriculum: bool = True
     """Move each env's terrain level up or down at its resets; off: levels stay as drawn."""
+    min_init_level: int = 0
+    """Envs start on a level drawn uniformly from min_init_level..max_init_level; setting
+    both to the top level (with curriculum off) evaluates a policy on the hardest terrain."""
     max_init_level: int = 3
-    """Envs start on a level drawn uniformly from 0..max_init_level."""
+    """Upper end of the starting levels (see min_init_level)."""
     level_up_distance: float = 4.0
     """An env whose episode ends this far (m) from its spawn point goes one level up."""
     level_down_fraction: float = 0.5
@@ -92,6 +95,11 @@ class QuadrupedJoystickRoughConfig(LocomotionConfig):
             raise ConfigError(
                 f"task.max_init_level={self.max_init_level} must be in 0..terrain.num_levels-1 "
                 f"= {self.terrain.num_levels - 1}"
+            )
+        if not 0 <= self.min_init_level <= self.max_init_level:
+            raise ConfigError(
+                f"task.min_init_level={self.min_init_level} must be in 0..task.max_init_level "
+                f"= {self.max_init_level}"
             )
         if not self.scan_x or not self.scan_y:
             raise ConfigError("task.scan_x and task.scan_y each need at least one point")
@@ -119,7 +127,7 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
         self.terrain = Terrain(cfg.terrain)  # build_model (in super().__init__) needs it
         super().__init__(cfg, **kwargs)
         n = self.num_envs
-        self.terrain_levels = self.rng.integers(0, cfg.max_init_level + 1, n)
+        self.terrain_levels = self.rng.integers(cfg.min_init_level, cfg.max_init_level + 1, n)
         """(n,) each env's terrain level (row of tiles)."""
         self.terrain_kinds = np.arange(n) % self.terrain.num_kinds
         """(n,) each env's terrain kind (column of tiles); fixed."""

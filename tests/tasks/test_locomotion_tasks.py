@@ -246,6 +246,20 @@ def test_curriculum_off_keeps_levels() -> None:
     assert (task.terrain_levels == levels).all()
 
 
+def test_start_levels_can_be_forced_to_the_hardest_for_evaluation() -> None:
+    # What bench/learn_locomotion.py does to measure tracking on the top level.
+    pin = ("task.min_init_level=3", "task.max_init_level=3", "task.curriculum=false")
+    task = _rough(6, *pin)
+    assert task.terrain_levels.tolist() == [3] * 6
+    centers = task.terrain.tile_centers(task.terrain_levels, task.terrain_kinds)
+    assert np.abs(task.base_pos()[:, :2] - centers).max() <= task.cfg.spawn_spread + 0.05
+    task.episode_step[:] = 5  # a fall (before the time limit) would move levels down
+    task.reset_envs(np.arange(6))
+    assert task.terrain_levels.tolist() == [3] * 6
+    with pytest.raises(ConfigError, match="min_init_level"):
+        _rough(2, "task.min_init_level=3", "task.max_init_level=2")
+
+
 def test_height_scan_has_its_shape_and_sees_the_terrain() -> None:
     task = _rough(2)
     k = len(task.cfg.scan_x) * len(task.cfg.scan_y)
