@@ -74,6 +74,11 @@ class QuadrupedJoystickRoughConfig(LocomotionConfig):
     both to the top level (with curriculum off) evaluates a policy on the hardest terrain."""
     max_init_level: int = 3
     """Upper end of the starting levels (see min_init_level)."""
+    level_bins: bool = False
+    """Reset bins are the terrain levels: each episode starts on the level drawn as its bin,
+    so `runtime.allocation` decides how often each level is walked (with
+    `runtime.allocation_success_return`: the task has no success metric). Replaces the
+    curriculum, so it needs curriculum=false."""
     level_up_distance: float = 4.0
     """An env whose episode ends this far (m) from its spawn point goes one level up."""
     level_down_fraction: float = 0.5
@@ -100,6 +105,11 @@ class QuadrupedJoystickRoughConfig(LocomotionConfig):
             raise ConfigError(
                 f"task.min_init_level={self.min_init_level} must be in 0..task.max_init_level "
                 f"= {self.max_init_level}"
+            )
+        if self.level_bins and self.curriculum:
+            raise ConfigError(
+                "task.level_bins=true lets runtime.allocation choose each episode's terrain "
+                "level; it replaces the curriculum: also set task.curriculum=false"
             )
         if not self.scan_x or not self.scan_y:
             raise ConfigError("task.scan_x and task.scan_y each need at least one point")
@@ -144,7 +154,13 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
     def terrain_height(self, xy: np.ndarray) -> np.ndarray:
         return self.terrain.height_at(xy)
 
+    @property
+    def num_reset_bins(self) -> int:
+        return self.terrain.num_levels if self.cfg.level_bins else 1
+
     def spawn_xy(self, ids: np.ndarray) -> np.ndarray:
+        if self.cfg.level_bins:  # the episode's bin, drawn before reset_envs, is its level
+            self.terrain_levels[ids] = self.episode_bin[ids]
         centers = self.terrain.tile_centers(self.terrain_levels[ids], self.terrain_kinds[ids])
         spread = self.cfg.spawn_spread
         xy = centers + self.rng.uniform(-spread, spread, (len(ids), 2))

@@ -382,3 +382,19 @@ def test_derived_quantities_follow_every_change_of_the_sim_state() -> None:
     # Callers may add reasons to the dict terminations() returns; the cache keeps its own.
     task.terminations()["extra"] = np.ones(2, bool)
     assert "extra" not in task.terminations()
+
+
+def test_level_bins_start_each_episode_on_the_level_the_allocation_drew() -> None:
+    task = _rough(8, "task.level_bins=true", "task.curriculum=false")
+    assert task.num_reset_bins == task.terrain.num_levels == 4
+    task.bin_probs = np.array([0.0, 0.0, 1.0, 0.0], np.float32)
+    task.reset()
+    assert task.episode_bin.tolist() == [2] * 8 and task.terrain_levels.tolist() == [2] * 8
+    centers = task.terrain.tile_centers(task.terrain_levels, task.terrain_kinds)
+    assert np.abs(task.base_pos()[:, :2] - centers).max() <= task.cfg.spawn_spread + 0.05
+    task.bin_probs = np.array([0.0, 0.0, 0.0, 1.0], np.float32)
+    task._start_episodes(np.arange(3))  # an ended episode's restart: bin first, then reset
+    assert task.terrain_levels.tolist() == [3, 3, 3, 2, 2, 2, 2, 2]
+    assert _rough(2).num_reset_bins == 1  # the curriculum alone: no bins
+    with pytest.raises(ConfigError, match=r"task\.curriculum=false"):
+        _rough(2, "task.level_bins=true")
