@@ -11,15 +11,9 @@ import numpy as np
 
 from unilab.config.schema import TaskConfig
 from unilab.robots.validate import validate_spec
-from unilab.tasks.arm_reach import (
-    GRIPPER_OPEN,
-    ArmTask,
-    check_bins,
-    check_box,
-    grid_cell_box,
-    sample_box,
-)
+from unilab.tasks.arm_reach import GRIPPER_OPEN, ArmTask, check_box, sample_box
 from unilab.tasks.registry import register_task
+from unilab.tasks.reset_bins import check_bins, grid_cell_box
 
 # intprm of a contact sensor: report "found" and force, reduce to the net force, 1 contact.
 _CONTACT_FOUND_AND_FORCE = (1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)) | (

@@ -16,6 +16,7 @@ from unilab.robots import get_robot
 from unilab.robots.spec import RobotSpec
 from unilab.tasks.base import Task
 from unilab.tasks.registry import register_task
+from unilab.tasks.reset_bins import check_bins, grid_cell_box
 
 GRIPPER_OPEN = 0.04
 """Gripper actuator target (m per finger) that holds the hand fully open."""
@@ -26,26 +27,6 @@ def sample_box(rng: np.random.Generator, low: list[float], high: list[float], n:
     return rng.uniform(
         np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64), (n, 3)
     )
-
-
-def grid_cell_box(
-    low: list[float], high: list[float], counts: list[int], bins: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(k, d) lower and upper corners of the cells `bins` of the box [low, high] cut into
-    `counts` equal cells per axis (bin = first-axis-major index into that grid)."""
-    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
-    n = np.asarray(counts)
-    cell = np.stack(np.unravel_index(np.asarray(bins), tuple(int(c) for c in n)), axis=-1)
-    size = (hi - lo) / n
-    return lo + cell * size, lo + (cell + 1) * size
-
-
-def check_bins(task: str, name: str, counts: list[int], axes: str) -> None:
-    if len(counts) != len(axes) or min(counts) < 1:
-        raise ValueError(
-            f"task {task!r}: {name}={list(counts)} must be {len(axes)} cell counts >= 1 "
-            f"(along {', '.join(axes)})"
-        )
 
 
 def check_box(task: str, name: str, low: list[float], high: list[float]) -> None:

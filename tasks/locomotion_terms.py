@@ -28,6 +28,7 @@ from unilab.robots.validate import validate_spec
 from unilab.sim.contacts import CONTACT_SENSOR_DIM, add_contact_sensors, contact_sensor_name
 from unilab.sim.state_cache import per_sim_state
 from unilab.tasks.base import StepResult, Task
+from unilab.tasks.reset_bins import check_bins, grid_cell_box
 
 
 def gravity_in_frame(quat: np.ndarray) -> np.ndarray:
@@ -73,6 +74,10 @@ class LocomotionConfig(TaskConfig):
     """Range of the commanded yaw rate (rad/s)."""
     standing_fraction: float = 0.1
     """Probability that a sampled command is zero (stand still)."""
+    command_bins: tuple[int, int, int] = (1, 1, 1)
+    """Reset bins: the (vx, vy, yaw rate) command box cut into this many cells per axis;
+    an episode's commands are all drawn in its bin's cell (`runtime.allocation` chooses how
+    often each). (1, 1, 1): no bins."""
     command_resample_s: float = 5.0
     """Commands are resampled every this many seconds within an episode (and at reset)."""
     tracking_sigma: float = 0.25
@@ -109,6 +114,10 @@ class LocomotionConfig(TaskConfig):
         _check_range("ang_vel_yaw", self.ang_vel_yaw)
         if not 0.0 <= self.standing_fraction <= 1.0:
             raise ConfigError(f"task.standing_fraction={self.standing_fraction} must be in [0, 1]")
+        try:
+            check_bins(self.name, "command_bins", self.command_bins, ("vx", "vy", "yaw"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         if not 0.0 < self.soft_limit_fraction <= 1.0:
             raise ConfigError(
                 f"task.soft_limit_fraction={self.soft_limit_fraction} must be in (0, 1]"
@@ -307,6 +316,10 @@ class LocomotionTask(Task):
 
     # -- commands, pushes, the step ------------------------------------------------------
 
+    @property
+    def num_reset_bins(self) -> int:
+        return int(np.prod(self.cfg.command_bins))
+
     def resample_commands(self, ids: np.ndarray) -> None:
         """Draw new commands for the envs in ids only (a standing_fraction of them zero)."""
         k = len(ids)
@@ -315,6 +328,8 @@ class LocomotionTask(Task):
         cfg = self.cfg
         low = np.array([cfg.lin_vel_x[0], cfg.lin_vel_y[0], cfg.ang_vel_yaw[0]])
         high = np.array([cfg.lin_vel_x[1], cfg.lin_vel_y[1], cfg.ang_vel_yaw[1]])
+        if max(cfg.command_bins) > 1:  # (a subclass may cut its bins otherwise)
+            low, high = grid_cell_box(low, high, cfg.command_bins, self.episode_bin[ids])
         cmd = self.rng.uniform(low, high, (k, 3))
         cmd[self.rng.random(k) < cfg.standing_fraction] = 0.0
         self.commands[ids] = cmd

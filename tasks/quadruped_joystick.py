@@ -106,6 +106,11 @@ class QuadrupedJoystickRoughConfig(LocomotionConfig):
                 f"task.min_init_level={self.min_init_level} must be in 0..task.max_init_level "
                 f"= {self.max_init_level}"
             )
+        if self.level_bins and max(self.command_bins) > 1:
+            raise ConfigError(
+                "task.level_bins and task.command_bins both cut episodes into reset bins; "
+                "use one of them"
+            )
         if self.level_bins and self.curriculum:
             raise ConfigError(
                 "task.level_bins=true lets runtime.allocation choose each episode's terrain "
@@ -156,7 +161,7 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
 
     @property
     def num_reset_bins(self) -> int:
-        return self.terrain.num_levels if self.cfg.level_bins else 1
+        return self.terrain.num_levels if self.cfg.level_bins else super().num_reset_bins
 
     def spawn_xy(self, ids: np.ndarray) -> np.ndarray:
         if self.cfg.level_bins:  # the episode's bin, drawn before reset_envs, is its level

@@ -398,3 +398,26 @@ def test_level_bins_start_each_episode_on_the_level_the_allocation_drew() -> Non
     assert _rough(2).num_reset_bins == 1  # the curriculum alone: no bins
     with pytest.raises(ConfigError, match=r"task\.curriculum=false"):
         _rough(2, "task.level_bins=true")
+
+
+def test_command_bins_keep_every_command_of_an_episode_in_its_cell() -> None:
+    task = make(
+        "quadruped_joystick_flat",
+        16,
+        "task.command_bins=[2,1,1]",
+        "task.lin_vel_x=[-1.0,1.0]",
+        "task.standing_fraction=0.0",
+        "task.command_resample_s=0.1",
+    )
+    assert task.num_reset_bins == 2
+    task.bin_probs = np.array([0.0, 1.0], np.float32)  # the forward half: vx in [0, 1]
+    task.reset()
+    assert (task.episode_bin == 1).all() and (task.commands[:, 0] >= 0).all()
+    for _ in range(12):  # mid-episode resamples stay in the cell
+        task.step(np.zeros((16, task.action_dim), np.float32))
+        assert (task.commands[:, 0] >= 0).all() and (task.commands[:, 0] <= 1.0).all()
+    assert np.ptp(task.commands[:, 1]) > 0.2  # vy still spans its whole range
+    with pytest.raises(ConfigError, match="command_bins"):
+        make("quadruped_joystick_flat", 1, "task.command_bins=[2,0,1]")
+    with pytest.raises(ConfigError, match="use one of them"):
+        _rough(2, "task.level_bins=true", "task.curriculum=false", "task.command_bins=[2,1,1]")
