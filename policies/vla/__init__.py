@@ -5,7 +5,8 @@ embedding), `image_encoder`, `text_encoder`, `conditioning` (behaviour token, ad
 indicator), `prefix` (fusion transformer), `action_expert` (the flow velocity network),
 `flow` (flow-matching maths), `flow_noise` (Gaussian K-step chains with exact log-probs for
 RL), `mse_head` (the regression baseline), `normalize`, `augment`, `policy` (the adapter the
-runtime calls), `noisy_chain` (the policy's noisy K-step chains and their log-probs, for
+runtime calls), `training_loss` (the policy's normalizer fitting, training loss and value
+predictions), `noisy_chain` (the policy's noisy K-step chains and their log-probs, for
 flow_ppo), `planner` (the policy's numpy planner and best-of-N candidate ranking) and
 `chunking` (executing chunks step by step; numpy only).
 

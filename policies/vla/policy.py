@@ -19,11 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from unilab.policies.normalizer import RunningNormalizer
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
 from unilab.policies.vla.chunking import ChunkExecutor, Planner
 from unilab.policies.vla.config import VLAConfig, VLAInputs
-from unilab.policies.vla.flow import euler_integrate, guided, interpolate, sample_time, time_grid
+from unilab.policies.vla.flow import euler_integrate, guided, time_grid
 from unilab.policies.vla.flow_noise import Chain, NoiseHead
 from unilab.policies.vla.mse_head import GaussianChunkHead
 from unilab.policies.vla.noisy_chain import noisy_chain_log_prob, sample_noisy_chain
@@ -32,6 +31,11 @@ from unilab.policies.vla.planner import check_best_of_n, make_planner
 from unilab.policies.vla.prefix import Prefix, PrefixEncoder
 from unilab.policies.vla.state_head import StateHead
 from unilab.policies.vla.tokens import SELECT_TOKEN, TokenSampler, TokenSelector
+from unilab.policies.vla.training_loss import (
+    fit_policy_normalizers,
+    policy_loss,
+    predict_policy_values,
+)
 from unilab.policies.vla.value_heads import ValueHeads, ValueTargets
 from unilab.runtime.policy import ActionChunk
 from unilab.runtime.torch_policy import PolicyModule
@@ -270,8 +274,7 @@ class VLAPolicy(PolicyModule):
             raise ValueError("this VLA has an MSE head; flow sampling needs head='flow'")
         return self.expert
 
-    # -- training -------------------------------------------------------------------------
-    @torch.no_grad()
+    # -- training (statistics, the loss, value predictions: `training_loss.py`) ------------
     def fit_normalizers(
         self,
         proprio: torch.Tensor | None,
@@ -280,14 +283,9 @@ class VLAPolicy(PolicyModule):
         value_targets: ValueTargets | None = None,
     ) -> None:
         """Set the proprioception, action (and state-head target) statistics from training
-        data (rows, d), and the value heads' time scale from `value_targets`."""
-        if proprio is not None and self.inputs.proprio_dim:
-            refit(self.prefix.proprio_norm, proprio)
-        self.action_norm.fit(actions.to(self.device, torch.float32))
-        if state is not None and self.state_head is not None:
-            refit(self.state_head.target_norm, state)
-        if value_targets is not None and self.value_heads is not None:
-            self.value_heads.fit_time_scale(value_targets.time_to_go, value_targets.has_progress)
+        data (rows, d), and the value heads' time scale from `value_targets`
+        (`training_loss.fit_policy_normalizers`)."""
+        fit_policy_normalizers(self, proprio, actions, state, value_targets)
 
     def loss(
         self,
@@ -306,65 +304,17 @@ class VLAPolicy(PolicyModule):
         (`drop_conditions`). With a state head and `state` (N, d), adds `state_weight` x its
         error (normalized units). With value heads and `value_targets`, adds `value_weight`
         x the sum of their losses (metrics `success_loss`, `progress_loss`, `ttg_loss`).
-        -> (scalar loss, detached metrics)."""
-        prefix = self.encode(obs, drop=drop_conditions and self.training, generator=generator)
-        loss, metrics = self._action_loss(prefix, actions, is_pad, generator)
-        if state is not None and self.state_head is not None:
-            state_loss = self.state_head.loss(prefix, state)
-            metrics["state_loss"] = state_loss.detach()
-            loss = loss + state_weight * state_loss
-        if value_targets is not None:
-            terms = self._value_heads().loss(prefix, value_targets)
-            metrics.update({k: v.detach() for k, v in terms.items()})
-            loss = loss + value_weight * sum(terms.values(), torch.zeros((), device=loss.device))
-        return loss, metrics
+        -> (scalar loss, detached metrics) (`training_loss.policy_loss`)."""
+        return policy_loss(
+            self, obs, actions, is_pad, generator, drop_conditions, state, state_weight,
+            value_targets, value_weight,
+        )  # fmt: skip
 
-    def _value_heads(self) -> ValueHeads:
-        if self.value_heads is None:
-            raise ValueError(
-                "this VLA has no value heads: build it with VLAConfig(value_heads=True) "
-                "(algo.value_weight > 0 does so)"
-            )
-        return self.value_heads
-
-    @torch.no_grad()
     def predict_values(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The value heads' predictions for `obs` (no conditions dropped): {"success":
         P(success), "progress": in [0, 1], "time_to_go": seconds}, each (N,), for play,
-        eval and alerts."""
-        heads = self._value_heads()
-        self.check_obs(obs)
-        present = {k: v for k, v in self._to_device(obs).items() if k in self.obs_groups}
-        return heads.predict(self.encode(present))
-
-    def _action_loss(
-        self,
-        prefix: Prefix,
-        actions: torch.Tensor,
-        is_pad: torch.Tensor | None,
-        generator: torch.Generator | None,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        target = self.action_norm.normalize(actions.to(torch.float32))
-        n = target.shape[0]
-        keep = (
-            torch.ones(target.shape[:2], device=target.device)
-            if is_pad is None
-            else (~is_pad.to(torch.bool)).to(torch.float32)
-        )
-        weight = keep[..., None].expand_as(target)
-        denom = weight.sum().clamp_min(1.0)
-        ctx = self._head_context(prefix)
-        if self.expert is not None:
-            noise = torch.randn(target.shape, generator=generator, device="cpu").to(target.device)
-            t = sample_time(n, target.device, generator)
-            x_t, u = interpolate(target, noise, t)
-            v, _ = self.expert(ctx, x_t, t)
-            loss = ((v - u).square() * weight).sum() / denom
-            return loss, {"flow_loss": loss.detach()}
-        sq, nll = self._gaussian().loss_terms(ctx, target)
-        mse = (sq * weight).sum() / denom
-        nll_mean = (nll * weight).sum() / denom
-        return mse + nll_mean, {"mse_loss": mse.detach(), "std_nll": nll_mean.detach()}
+        eval and alerts (`training_loss.predict_policy_values`)."""
+        return predict_policy_values(self, obs)
 
     # -- sampling -------------------------------------------------------------------------
     def _velocity_fn(
@@ -519,15 +469,6 @@ class VLAPolicy(PolicyModule):
             seed,
             noise_temperature,
         )
-
-
-@torch.no_grad()
-def refit(norm: RunningNormalizer, rows: torch.Tensor) -> None:
-    """Reset a `RunningNormalizer` and fit it to `rows` (n, d)."""
-    norm.mean.zero_()
-    norm.var.fill_(1.0)
-    norm.count.zero_()
-    norm.update(rows.to(norm.mean.device, torch.float32))
 
 
 def count_parameters(module: nn.Module) -> dict[str, Any]:
