@@ -13,14 +13,8 @@ import pytest
 import torch
 
 from unilab.algos import advantages as adv
-from unilab.algos.awr_flow import (
-    ORIGIN_NAMES,
-    SOURCES,
-    AWRFlow,
-    AWRFlowConfig,
-    FrameTable,
-    compute_advantages,
-)
+from unilab.algos.awr_flow import AWRFlow, AWRFlowConfig
+from unilab.algos.frame_advantages import ORIGIN_NAMES, SOURCES, FrameTable, compute_advantages
 from unilab.algos.offline import train_offline
 from unilab.algos.registry import ALGORITHMS
 from unilab.config import compose

@@ -11,7 +11,8 @@ changes, all made before or around the unchanged gradient step:
    init run has value heads, with weight `min(gae_weight_max, gae_weight_step * iteration)`
    (the heads are trusted more each improvement round); clipped to [-clip, clip]; frames of
    demonstration sources (`demo_sources`) and human interventions (`is_intervention`) get the
-   fixed `demo_advantage`. `unilab.algos.advantages` holds the formulas.
+   fixed `demo_advantage`. `unilab.algos.frame_advantages` computes them from the store's
+   frames (`FrameTable`, `compute_advantages`); `unilab.algos.advantages` holds the formulas.
 2. **AWR by sampling** (`draw_items`, which the offline loop uses instead of uniform draws):
    each frame's source is its origin (`sim`, `real`, `human`, `wm`), except frames of origin
    `sim` that no learned policy produced (`policy_version` < 0: `unilab collect`'s scripted
@@ -36,7 +37,7 @@ trained on them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,20 +49,17 @@ from unilab.algos import advantages as adv
 from unilab.algos.awr_sampling import AWRSampler
 from unilab.algos.behavior_cloning import BCConfig, BehaviorCloning
 from unilab.algos.flow_ppo import checkpoint_file, init_algo_config
+from unilab.algos.frame_advantages import (
+    SOURCES,
+    FrameTable,
+    compute_advantages,
+    frame_sources,
+    gae_weight_at,
+)
 from unilab.algos.registry import register_algo
 from unilab.config.checks import checked
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.utils.checkpoint import CheckpointError
-
-ORIGIN_NAMES: tuple[str, ...] = ("sim", "real", "human", "wm")
-"""The store's origin codes (`unilab.data.schema.ORIGINS`; this layer may not import it, a
-test keeps the two equal)."""
-
-EXPERT = "expert"
-"""Source of `sim` frames that no learned policy produced (policy_version < 0)."""
-
-SOURCES: tuple[str, ...] = (EXPERT, *ORIGIN_NAMES)
-"""Every source a frame can belong to, in the sampler's order."""
 
 ADVANTAGE_FIELD = "advantage"
 """Batch entry of the RECAP indicator (computed here; not a store column)."""
@@ -187,142 +185,6 @@ class AWRFlowConfig(BCConfig):
         if not abs(self.demo_advantage) <= self.clip:
             out.append(f"demo_advantage={self.demo_advantage} lies outside [-clip, clip]")
         return out
-
-
-# -- what the advantages are computed from ------------------------------------------------
-@dataclass
-class FrameTable:
-    """Per-frame columns (store order) and per-episode metadata of a store snapshot."""
-
-    episode_start: np.ndarray
-    """(E,) first frame of each episode."""
-    episode_length: np.ndarray
-    """(E,) frames per episode."""
-    tasks: list[str]
-    """(E,) episode metadata `task`."""
-    outcomes: list[bool | None]
-    """(E,) episode metadata `success` (None: unknown)."""
-    origin: np.ndarray
-    """(N,) uint8 origin codes (indices into `ORIGIN_NAMES`)."""
-    is_intervention: np.ndarray
-    policy_version: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-
-    @property
-    def num_frames(self) -> int:
-        return int(self.origin.shape[0])
-
-    @property
-    def episode_of(self) -> np.ndarray:
-        return np.repeat(np.arange(self.episode_length.size), self.episode_length)
-
-    @classmethod
-    def from_frames(cls, frames: Any) -> FrameTable:
-        """From a `FrameDataset` (what the offline loop hands the learner)."""
-        needed = ("frame_column", "episode_tasks", "episode_outcomes", "episode_of")
-        if not all(hasattr(frames, n) for n in needed):
-            raise TypeError(
-                "awr_flow needs its frames as a FrameDataset (frame_column, episode_tasks, "
-                f"episode_outcomes, episode_of); got {type(frames).__name__}"
-            )
-        tasks = [str(t) for t in frames.episode_tasks]
-        episode_of = np.asarray(frames.episode_of)
-        lengths = np.bincount(episode_of, minlength=len(tasks)).astype(np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        col = frames.frame_column
-        return cls(
-            episode_start=starts,
-            episode_length=lengths,
-            tasks=tasks,
-            outcomes=list(frames.episode_outcomes),
-            origin=np.asarray(col("origin")).astype(np.int64),
-            is_intervention=np.asarray(col("is_intervention")).astype(bool),
-            policy_version=np.asarray(col("policy_version")).astype(np.int64),
-            reward=np.asarray(col("reward")).astype(np.float64),
-            terminated=np.asarray(col("terminated")).astype(bool),
-        )
-
-
-def frame_sources(
-    origin: np.ndarray, policy_version: np.ndarray, origin_names: Sequence[str] = ORIGIN_NAMES
-) -> np.ndarray:
-    """(N,) int64 index into `SOURCES` of each frame: its origin, or `expert` for `sim` frames
-    that no learned policy produced (policy_version < 0)."""
-    names = tuple(origin_names)
-    codes = np.asarray(origin, dtype=np.int64)
-    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(names)):
-        raise ValueError(f"origin codes must be in [0, {len(names)}) ({list(names)})")
-    lookup = np.array([SOURCES.index(n) for n in names], dtype=np.int64)
-    out: np.ndarray = lookup[codes]
-    expert = (codes == names.index("sim")) & (np.asarray(policy_version) < 0)
-    out[expert] = SOURCES.index(EXPERT)
-    return out
-
-
-def episode_returns(table: FrameTable, kind: str) -> np.ndarray:
-    """(E,) per-episode return: success as 1 / 0 (`success`), or the summed reward."""
-    if kind == "reward":
-        sums: np.ndarray = np.bincount(
-            table.episode_of, weights=table.reward, minlength=table.episode_length.size
-        )
-        return sums
-    unknown = [i for i, s in enumerate(table.outcomes) if s is None]
-    if unknown:
-        raise ValueError(
-            f"episode_return=success needs every episode's success metadata; {len(unknown)} "
-            f"of {len(table.outcomes)} episodes have none (e.g. {unknown[:5]}). Record "
-            "outcomes (`unilab play record=` does) or set algo.episode_return=reward"
-        )
-    return np.array([1.0 if s else 0.0 for s in table.outcomes])
-
-
-def gae_advantages(table: FrameTable, values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
-    """(N,) GAE over each episode with `values` (N,) as V: reward 1 on the last frame of a
-    successful episode (0 elsewhere), V after the end 0 when it terminated or succeeded, else
-    the last prediction (a time limit cut it)."""
-    out = np.zeros(table.num_frames)
-    for e, (start, length) in enumerate(
-        zip(table.episode_start.tolist(), table.episode_length.tolist(), strict=True)
-    ):
-        if length == 0:
-            continue
-        stop = start + length
-        success = table.outcomes[e] is True
-        rewards = np.zeros(length)
-        rewards[-1] = 1.0 if success else 0.0
-        terminal = bool(table.terminated[stop - 1]) or success
-        out[start:stop] = adv.gae_from_predictions(
-            values[start:stop], rewards, terminal, gamma=gamma, lam=lam
-        )
-    return out
-
-
-def compute_advantages(
-    table: FrameTable,
-    cfg: AWRFlowConfig,
-    values: np.ndarray | None = None,
-    gae_weight: float = 0.0,
-) -> np.ndarray:
-    """(N,) per-frame advantages (see the module doc): per-task baseline, blended with GAE
-    over `values` at `gae_weight`, clipped, demonstrations and interventions pinned."""
-    returns = episode_returns(table, cfg.episode_return)
-    early = adv.expand_to_frames(
-        adv.episode_baseline_advantages(returns, table.tasks), table.episode_length
-    )
-    mixed = early
-    if values is not None and gae_weight > 0:
-        mixed = adv.blend(early, gae_advantages(table, values, cfg.gamma, cfg.lam), gae_weight)
-    clipped = adv.clip_advantages(mixed, cfg.clip)
-    sources = frame_sources(table.origin, table.policy_version)
-    demo = np.isin(sources, [SOURCES.index(s) for s in cfg.demo_sources]) | table.is_intervention
-    clipped[demo] = cfg.demo_advantage
-    return clipped
-
-
-def gae_weight_at(cfg: AWRFlowConfig) -> float:
-    """The blend weight of GAE at `cfg.iteration` (before checking the heads exist)."""
-    return float(min(cfg.gae_weight_max, cfg.gae_weight_step * cfg.iteration))
 
 
 @register_algo("awr_flow", AWRFlowConfig)
@@ -543,10 +405,6 @@ class AWRFlow(BehaviorCloning):
 
 __all__ = [
     "ADVANTAGE_FIELD",
-    "SOURCES",
     "AWRFlow",
     "AWRFlowConfig",
-    "FrameTable",
-    "compute_advantages",
-    "frame_sources",
 ]

@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from unilab.algos.awr_flow import INIT_ALGOS, SOURCES, frame_sources
+from unilab.algos.awr_flow import INIT_ALGOS
+from unilab.algos.frame_advantages import SOURCES, frame_sources
 from unilab.config.compose import compose
 from unilab.config.errors import ConfigError
 from unilab.utils.atomic import atomic_write_text
