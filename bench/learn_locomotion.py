@@ -127,6 +127,20 @@ def training_config(task: str, minutes: float, out_dir: str | None, overrides: l
     )
 
 
+MAX_CURVE_POINTS = 500
+"""The JSON keeps at most this many curve points (an hour is ~5,000 iterations); the PNG
+is drawn from all of them."""
+
+
+def thinned(curve: list[dict[str, Any]], most: int = MAX_CURVE_POINTS) -> list[dict[str, Any]]:
+    """Every k-th point of `curve` and its last, at most about `most` points."""
+    if len(curve) <= most:
+        return curve
+    step = -(-len(curve) // most)
+    kept = curve[::step]
+    return kept if kept[-1] is curve[-1] else [*kept, curve[-1]]
+
+
 def learning_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """(wall s, env steps, mean return, vel_error, ...) per logged iteration."""
     curve = []
@@ -328,7 +342,7 @@ def run_bench(
         "evaluation": ev,
         **judged,
         "rows": [table_row(ev, last, levels)],
-        "curve": curve,
+        "curve": thinned(curve),
         "summary": summary_txt.read_text() if summary_txt.is_file() else "",
         "bench_wall_s": time.perf_counter() - started,
     }

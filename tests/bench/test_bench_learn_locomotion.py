@@ -91,3 +91,12 @@ def test_learn_quadruped_keeps_the_keys_of_its_committed_result(tmp_path: Path) 
     assert doc["benchmark"] == "learn_quadruped" and doc["task"] == "quadruped_joystick_flat"
     assert doc["target"] == old["target"] and doc["evaluation"]["command"] == [0.5, 0.0, 0.0]
     assert doc["curriculum"] is None and "episodes_without_fall" not in doc["ratios"]
+
+
+def test_the_json_curve_is_thinned_but_keeps_its_ends() -> None:
+    thinned = learn_locomotion.thinned
+    curve = [{"env_steps": i} for i in range(5001)]
+    kept = thinned(curve, most=500)
+    assert len(kept) <= 501 and kept[0] is curve[0] and kept[-1] is curve[-1]
+    assert [p["env_steps"] for p in kept] == sorted({p["env_steps"] for p in kept})
+    assert thinned(curve[:10], most=500) == curve[:10]
