@@ -75,9 +75,8 @@ class LocomotionConfig(TaskConfig):
     standing_fraction: float = 0.1
     """Probability that a sampled command is zero (stand still)."""
     command_bins: tuple[int, int, int] = (1, 1, 1)
-    """Reset bins: the (vx, vy, yaw rate) command box cut into this many cells per axis;
-    an episode's commands are all drawn in its bin's cell (`runtime.allocation` chooses how
-    often each). (1, 1, 1): no bins."""
+    """Reset bins: the (vx, vy, yaw rate) command box cut into this many cells per axis; all
+    of an episode's commands are drawn in its bin's cell. (1, 1, 1): no bins."""
     command_resample_s: float = 5.0
     """Commands are resampled every this many seconds within an episode (and at reset)."""
     tracking_sigma: float = 0.25

@@ -299,12 +299,8 @@ class VLAPolicy(PolicyModule):
         value_targets: ValueTargets | None = None,
         value_weight: float = 0.0,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Training loss on chunks `actions` (N, H, A) in task units; padded rows (`is_pad`
-        (N, H) True) do not count. Conditions are dropped to null at their dropout rates
-        (`drop_conditions`). With a state head and `state` (N, d), adds `state_weight` x its
-        error (normalized units). With value heads and `value_targets`, adds `value_weight`
-        x the sum of their losses (metrics `success_loss`, `progress_loss`, `ttg_loss`).
-        -> (scalar loss, detached metrics) (`training_loss.policy_loss`)."""
+        """The training loss (flow or MSE, plus state and value heads): see
+        `training_loss.policy_loss`, which documents every argument."""
         return policy_loss(
             self, obs, actions, is_pad, generator, drop_conditions, state, state_weight,
             value_targets, value_weight,
