@@ -44,6 +44,10 @@ from unilab.utils.metrics import read_metrics
 
 LEVEL_METRIC = "task/terrain_level"
 """What the rough task logs for its curriculum: the batch mean of the envs' levels."""
+TOP_METRIC = "task/terrain_top"
+"""The share of envs on the top level."""
+GRADUATION_METRIC = "task/terrain_graduations"
+"""Per env, how often it mastered the top level (cumulative; the batch mean is logged)."""
 
 
 @dataclass(frozen=True)
@@ -157,20 +161,30 @@ def learning_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         if row.get(LEVEL_METRIC) is not None:
             point["terrain_level"] = row[LEVEL_METRIC]
+        if row.get(TOP_METRIC) is not None:
+            point["terrain_top"] = row[TOP_METRIC]
         curve.append(point)
     return curve
 
 
 def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
     """The terrain level the training reached; None for a task without a curriculum.
-    `level_reached` is the envs' mean level at the last logged iteration, rounded: with the
-    curriculum, envs that master the top level restart on a random one, so the mean stays
-    below the top even for a policy that walks every level."""
+    Envs that master the top level restart on a random one, so the mean level stays below
+    the top even for a policy that walks every level: `graduations` counts those
+    masteries (all envs, whole run), and `level_reached` is the top once there is one,
+    else the peak mean level, rounded."""
     top = hardest_level(cfg)
     if top is None:
         return None
     levels = [float(r[LEVEL_METRIC]) for r in rows if r.get(LEVEL_METRIC) is not None]
+    tops = [float(r[TOP_METRIC]) for r in rows if r.get(TOP_METRIC) is not None]
+    grads = [float(r[GRADUATION_METRIC]) for r in rows if r.get(GRADUATION_METRIC) is not None]
     final = levels[-1] if levels else None
+    graduations = round(grads[-1] * int(cfg.sim.num_envs)) if grads else None
+    if graduations:
+        reached: int | None = top
+    else:
+        reached = None if not levels else min(top, max(0, round(max(levels))))
     return {
         "metric": LEVEL_METRIC,
         "num_levels": top + 1,
@@ -178,7 +192,10 @@ def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None
         "max_init_level": int(cfg.task.max_init_level),
         "final_mean_level": final,
         "peak_mean_level": max(levels) if levels else None,
-        "level_reached": None if final is None else min(top, max(0, round(final))),
+        "final_top_fraction": tops[-1] if tops else None,
+        "peak_top_fraction": max(tops) if tops else None,
+        "graduations": graduations,
+        "level_reached": reached,
     }
 
 
@@ -370,6 +387,7 @@ def table_row(
     if levels is not None:
         row["level reached"] = levels["level_reached"]
         row["hardest level"] = levels["hardest_level"]
+        row["top-level masteries"] = levels["graduations"]
     return row | {"passed": ev["passed"]}
 
 

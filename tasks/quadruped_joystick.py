@@ -148,6 +148,8 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
         """(n,) each env's terrain kind (column of tiles); fixed."""
         self.env_origins = np.zeros((n, 2))
         """(n, 2) where each env spawned this episode (world xy)."""
+        self.graduations = np.zeros(n, np.int64)
+        """(n,) times each env mastered the top level (and restarted on a random one)."""
         gx, gy = np.meshgrid(cfg.scan_x, cfg.scan_y, indexing="ij")
         self.scan_points = np.stack([gx.ravel(), gy.ravel(), np.full(gx.size, _SCAN_LIFT)], 1)
         """(k, 3) height-scan points in the base's heading frame."""
@@ -187,6 +189,7 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
         levels = self.terrain_levels[ended] + up.astype(np.int64) - down.astype(np.int64)
         # Envs that master the top level go to a random level so every level stays in use.
         top = levels >= self.terrain.num_levels
+        self.graduations[ended[top]] += 1
         levels[top] = self.rng.integers(0, self.terrain.num_levels, int(top.sum()))
         self.terrain_levels[ended] = np.maximum(levels, 0)
 
@@ -207,6 +210,12 @@ class QuadrupedJoystickRough(QuadrupedJoystickBase):
     def task_metrics(self) -> dict[str, np.ndarray]:
         metrics = super().task_metrics()
         metrics["terrain_level"] = self.terrain_levels.astype(np.float64)
+        # The mean level stays below the top even when the top is mastered (graduates restart
+        # on a random level), so the share on the top level and the graduations show it.
+        metrics["terrain_top"] = (self.terrain_levels == self.terrain.num_levels - 1).astype(
+            np.float64
+        )
+        metrics["terrain_graduations"] = self.graduations.astype(np.float64)
         return metrics
 
 

@@ -70,7 +70,9 @@ def test_rough_quadruped_reports_the_level_reached_and_tracking_on_the_hardest(
     assert levels["num_levels"] == 4 and levels["hardest_level"] == 3
     assert isinstance(levels["level_reached"], int) and 0 <= levels["level_reached"] <= 3
     assert 0.0 <= levels["final_mean_level"] <= levels["peak_mean_level"] <= 3.0
-    assert all("terrain_level" in point for point in doc["curve"])
+    assert 0.0 <= levels["final_top_fraction"] <= levels["peak_top_fraction"] <= 1.0
+    assert isinstance(levels["graduations"], int) and levels["graduations"] >= 0
+    assert all("terrain_level" in point and "terrain_top" in point for point in doc["curve"])
     ev = doc["evaluation"]
     assert ev["terrain_levels"] == [3]  # every evaluation env on the hardest level
     assert sum(kind["envs"] for kind in ev["by_terrain_kind"].values()) == 6
@@ -100,3 +102,24 @@ def test_the_json_curve_is_thinned_but_keeps_its_ends() -> None:
     assert len(kept) <= 501 and kept[0] is curve[0] and kept[-1] is curve[-1]
     assert [p["env_steps"] for p in kept] == sorted({p["env_steps"] for p in kept})
     assert thinned(curve[:10], most=500) == curve[:10]
+
+
+def test_one_mastery_of_the_top_level_counts_as_reaching_it() -> None:
+    # The mean level stays below the top when graduates restart on random levels.
+    cfg = learn_locomotion.training_config(
+        "quadruped_joystick_rough", 1.0, None, ["task.terrain.num_levels=5", "sim.num_envs=100"]
+    )
+    rows = [
+        {"task/terrain_level": 1.0, "task/terrain_top": 0.0, "task/terrain_graduations": 0.0},
+        {"task/terrain_level": 2.4, "task/terrain_top": 0.2, "task/terrain_graduations": 0.0},
+    ]
+    levels = learn_locomotion.curriculum(rows, cfg)
+    assert levels is not None
+    assert levels["level_reached"] == 2 and levels["graduations"] == 0
+    rows.append(
+        {"task/terrain_level": 2.1, "task/terrain_top": 0.1, "task/terrain_graduations": 0.03}
+    )
+    levels = learn_locomotion.curriculum(rows, cfg)
+    assert levels is not None
+    assert levels["level_reached"] == 4 and levels["graduations"] == 3
+    assert levels["final_top_fraction"] == 0.1 and levels["peak_top_fraction"] == 0.2

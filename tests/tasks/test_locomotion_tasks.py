@@ -221,9 +221,12 @@ def test_curriculum_moves_levels_up_after_a_long_walk_and_down_after_a_fall() ->
     # env 3 mastered the top level.
     set_base(task, np.arange(4), origins + np.array([[3.0, 0], [0, 0], [0, 0], [0, 3.0]]))
     task.episode_step[:] = [task.max_episode_steps, 20, 20, task.max_episode_steps]
+    assert task.task_metrics()["terrain_top"].tolist() == [0, 0, 0, 1]
     task.reset_envs(np.arange(4))
     assert task.terrain_levels[:3].tolist() == [2, 0, 0]
     assert 0 <= task.terrain_levels[3] <= top
+    # Mastering the top level is counted: the mean level alone cannot show it.
+    assert task.task_metrics()["terrain_graduations"].tolist() == [0, 0, 0, 1]
     # A timed-out env that walked too little for its command goes down; one told to stand stays.
     task.terrain_levels[:] = 2
     origins = task.terrain.tile_centers(task.terrain_levels, task.terrain_kinds)
