@@ -171,7 +171,7 @@ def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None
     """The terrain level the training reached; None for a task without a curriculum.
     Envs that master the top level restart on a random one, so the mean level stays below
     the top even for a policy that walks every level: `graduations` counts those
-    masteries (all envs, whole run), and `level_reached` is the top once there is one,
+    masteries (all envs, whole run, resumed sessions added up), and `level_reached` is the top once there is one,
     else the peak mean level, rounded."""
     top = hardest_level(cfg)
     if top is None:
@@ -180,7 +180,7 @@ def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None
     tops = [float(r[TOP_METRIC]) for r in rows if r.get(TOP_METRIC) is not None]
     grads = [float(r[GRADUATION_METRIC]) for r in rows if r.get(GRADUATION_METRIC) is not None]
     final = levels[-1] if levels else None
-    graduations = round(grads[-1] * int(cfg.sim.num_envs)) if grads else None
+    graduations = round(cumulative(grads) * int(cfg.sim.num_envs)) if grads else None
     if graduations:
         reached: int | None = top
     else:
@@ -197,6 +197,16 @@ def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None
         "graduations": graduations,
         "level_reached": reached,
     }
+
+
+def cumulative(counts: list[float]) -> float:
+    """The total of a counter logged cumulatively by a process that may restart (a resumed
+    run counts from zero again): each drop adds the count reached before it."""
+    total = 0.0
+    for before, after in zip(counts, counts[1:], strict=False):
+        if after < before:
+            total += before
+    return total + (counts[-1] if counts else 0.0)
 
 
 def time_split(last: dict[str, Any], wall: float) -> dict[str, float]:

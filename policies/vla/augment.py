@@ -23,6 +23,10 @@ class AugmentConfig:
     """Contrast factor drawn from [1 - c, 1 + c] (0: off)."""
     saturation: float = 0.2
     """Saturation factor drawn from [1 - s, 1 + s] (0: off)."""
+    vector_noise: float = 0.0
+    """Uniform noise of +- this on every entry of the vector input (`policy`: proprioception,
+    and the object state where a task gives it), in task units, as `task.obs_noise` adds at
+    run time; teaches the policy to act on a state known only to this precision (0: off)."""
 
 
 def _uniform(n: int, spread: float, device: torch.device, gen: torch.Generator | None):
@@ -60,6 +64,14 @@ def color_jitter(images: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator 
         gray = (x * gray_w).sum(-1, keepdim=True)
         x = (x - gray) * _uniform(n, cfg.saturation, dev, gen) + gray
     return x.clamp(0.0, 1.0)
+
+
+def vector_noise(x: torch.Tensor, scale: float, gen: torch.Generator | None = None):
+    """x + uniform noise in [-scale, scale] per entry (x unchanged for scale 0)."""
+    if scale <= 0:
+        return x
+    u = torch.rand(x.shape, generator=gen, device="cpu").to(x.device, x.dtype)
+    return x + scale * (2.0 * u - 1.0)
 
 
 def augment_images(

@@ -123,3 +123,8 @@ def test_one_mastery_of_the_top_level_counts_as_reaching_it() -> None:
     assert levels is not None
     assert levels["level_reached"] == 4 and levels["graduations"] == 3
     assert levels["final_top_fraction"] == 0.1 and levels["peak_top_fraction"] == 0.2
+
+
+def test_a_resumed_run_adds_its_masteries_to_those_before_the_restart() -> None:
+    assert learn_locomotion.cumulative([0.0, 0.5, 1.2, 0.1, 0.4]) == 1.6
+    assert learn_locomotion.cumulative([0.0, 0.0]) == 0.0

@@ -1,11 +1,12 @@
-"""Image augmentation: random shifts move each image by at most `pad` pixels (edges
-repeated), colour jitter stays in [0, 1], per-sample randomness, reproducible by seed."""
+"""Input augmentation: random shifts move each image by at most `pad` pixels (edges
+repeated), colour jitter stays in [0, 1], vector noise stays within its bound, per-sample
+randomness, reproducible by seed."""
 
 from __future__ import annotations
 
 import torch
 
-from unilab.policies.vla.augment import AugmentConfig, augment_images, random_shift
+from unilab.policies.vla.augment import AugmentConfig, augment_images, random_shift, vector_noise
 
 
 def test_shift_moves_each_image_by_at_most_pad_pixels() -> None:
@@ -39,3 +40,14 @@ def test_augment_returns_unit_floats_reproducibly() -> None:
     assert float((a - c).abs().max()) > 0.05
     off = AugmentConfig(shift_pad=0, brightness=0.0, contrast=0.0, saturation=0.0)
     torch.testing.assert_close(augment_images(images, off), images.float() / 255.0)
+
+
+def test_vector_noise_is_bounded_per_entry_and_reproducible() -> None:
+    x = torch.arange(4000, dtype=torch.float32).reshape(1000, 4)
+    noisy = vector_noise(x, 0.01, torch.Generator().manual_seed(3))
+    delta = noisy - x
+    assert delta.abs().max() <= 0.01 + 1e-3  # float32 rounding of values up to 4000
+    assert delta.min() < -0.009 and delta.max() > 0.009  # both signs, near the bound
+    assert delta.std() > 0.005  # spread over the range, not a constant offset
+    assert torch.equal(noisy, vector_noise(x, 0.01, torch.Generator().manual_seed(3)))
+    assert vector_noise(x, 0.0) is x

@@ -31,7 +31,7 @@ from torch import nn
 from unilab.algos.base import Algorithm
 from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
-from unilab.policies.vla.augment import AugmentConfig, augment_images
+from unilab.policies.vla.augment import AugmentConfig, augment_images, vector_noise
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.policy import VLAPolicy
 from unilab.policies.vla.value_heads import TARGET_NAMES, TARGET_PREFIX, ValueTargets
@@ -297,6 +297,10 @@ class BehaviorCloning(Algorithm):
             for cam in spec.cameras:
                 key = f"images/{cam}"
                 obs[key] = augment_images(obs[key], cfg.augment, self.generator)
+            if "policy" in obs:
+                obs["policy"] = vector_noise(
+                    obs["policy"].to(torch.float32), cfg.augment.vector_noise, self.generator
+                )
         return obs
 
     def _chunks(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
