@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +147,19 @@ def thinned(curve: list[dict[str, Any]], most: int = MAX_CURVE_POINTS) -> list[d
 
 
 def learning_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """(wall s, env steps, mean return, vel_error, ...) per logged iteration."""
+    """(wall s, env steps, mean return, vel_error, ...) per logged iteration. The wall time
+    adds up the sessions of a resumed run (each logs its own `train/wall_s` from zero)."""
     curve = []
+    offset, last = 0.0, 0.0
     for row in rows:
-        sps = row.get("train/steps_per_s")
-        if not sps:
+        wall = row.get("train/wall_s")
+        if wall is None:
             continue
+        if wall < last:  # a resumed session starts its clock again
+            offset += last
+        last = float(wall)
         point = {
-            "wall_s": row["env_steps"] / sps,
+            "wall_s": offset + last,
             "env_steps": row["env_steps"],
             "mean_return": row.get("train/mean_return"),
             "vel_error": row.get("task/vel_error"),
@@ -203,7 +209,7 @@ def cumulative(counts: list[float]) -> float:
     """The total of a counter logged cumulatively by a process that may restart (a resumed
     run counts from zero again): each drop adds the count reached before it."""
     total = 0.0
-    for before, after in zip(counts, counts[1:], strict=False):
+    for before, after in pairwise(counts):
         if after < before:
             total += before
     return total + (counts[-1] if counts else 0.0)
@@ -374,7 +380,8 @@ def run_bench(
         "bench_wall_s": time.perf_counter() - started,
     }
     out = write_json(args.out, doc)
-    title = f"{bench.task}: {cfg.sim.num_envs} envs, {budget:g} min"
+    trained_min = curve[-1]["wall_s"] / 60.0 if curve else budget  # all sessions of a resume
+    title = f"{bench.task}: {cfg.sim.num_envs} envs, {trained_min:.0f} min"
     plot(curve, out.with_suffix(".png"), title, bench, hardest_level(cfg))
     print_table(doc["rows"], list(doc["rows"][0]))
     print(f"wrote {out} and {out.with_suffix('.png')}")

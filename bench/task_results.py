@@ -47,6 +47,7 @@ def _curriculum(doc: dict[str, Any]) -> str:
         f"terrain level {levels['level_reached']} of 0..{levels['hardest_level']} reached, "
         f"|vx error| {_metres_per_s(ev['mean_abs_vx_error'])} at vx={ev['command'][0]:g} on "
         f"level {levels['hardest_level']}, after {doc['budget_minutes']:g} min"
+        + (f" with {' '.join(doc['overrides'])}" if doc.get("overrides") else "")
     )
 
 

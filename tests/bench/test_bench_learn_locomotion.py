@@ -128,3 +128,15 @@ def test_one_mastery_of_the_top_level_counts_as_reaching_it() -> None:
 def test_a_resumed_run_adds_its_masteries_to_those_before_the_restart() -> None:
     assert learn_locomotion.cumulative([0.0, 0.5, 1.2, 0.1, 0.4]) == 1.6
     assert learn_locomotion.cumulative([0.0, 0.0]) == 0.0
+
+
+def test_the_curve_of_a_resumed_run_adds_the_sessions_wall_times() -> None:
+    rows = [
+        {"env_steps": 100, "train/wall_s": 10.0, "train/mean_return": 1.0},
+        {"env_steps": 200, "train/wall_s": 20.0, "train/mean_return": 2.0},
+        {"env_steps": 250, "train/wall_s": 4.0},  # resumed: the session clock restarts
+        {"env_steps": 300, "train/wall_s": 9.0, "train/mean_return": 3.0},
+    ]
+    curve = learn_locomotion.learning_curve(rows)
+    assert [p["wall_s"] for p in curve] == [10.0, 20.0, 24.0, 29.0]
+    assert [p["env_steps"] for p in curve] == [100, 200, 250, 300]
