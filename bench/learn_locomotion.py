@@ -8,8 +8,8 @@ Tasks (each also has its own bench name, the JSON's `benchmark` and default outp
   range [0, 1]; targets mean |v_x - 0.5| <= 0.25 m/s and a fall rate <= 5 % over 100
   evaluation episodes of 20 s (the task's episode length).
 - `quadruped_joystick_rough` (`learn_quadruped_rough`): the curriculum level the training
-  reached (`task/terrain_level` in metrics.jsonl: the mean level of the training envs), and
-  tracking at vx = 0.5 m/s with every env pinned to the hardest level of the run's terrain
+  reached (the top once any env mastered it, `task/terrain_graduations`; else the peak of
+  `task/terrain_level`, the mean level of the training envs), and tracking at vx = 0.5 m/s with every env pinned to the hardest level of the run's terrain
   (`task.terrain.num_levels - 1`); target mean |v_x - 0.5| <= 0.25 m/s over 96 envs
   (16 per terrain kind) x 10 s.
 
@@ -176,9 +176,9 @@ def learning_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def curriculum(rows: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
     """The terrain level the training reached; None for a task without a curriculum.
     Envs that master the top level restart on a random one, so the mean level stays below
-    the top even for a policy that walks every level: `graduations` counts those
-    masteries (all envs, whole run, resumed sessions added up), and `level_reached` is the top once there is one,
-    else the peak mean level, rounded."""
+    the top even for a policy that walks every level: `graduations` counts those masteries
+    (all envs, whole run, resumed sessions added up), and `level_reached` is the top once
+    there is one, else the peak mean level, rounded."""
     top = hardest_level(cfg)
     if top is None:
         return None

@@ -1,7 +1,8 @@
-"""Image augmentation on the learner's device, batched, per-sample random: a random shift
-(replicate-pad by `pad` pixels, crop back to size: DrQ's shift) and colour jitter
-(brightness, contrast, saturation). uint8 (N, H, W, 3) in, float (N, H, W, 3) in [0, 1]
-out, which the image encoder accepts as it accepts uint8."""
+"""Input augmentation on the learner's device, batched, per-sample random. Images: a random
+shift (replicate-pad by `pad` pixels, crop back to size: DrQ's shift) and colour jitter
+(brightness, contrast, saturation); uint8 (N, H, W, 3) in, float (N, H, W, 3) in [0, 1]
+out, which the image encoder accepts as it accepts uint8. Vectors: uniform noise per entry
+(off by default; docs/vla.md shows why a state policy needs it)."""
 
 from __future__ import annotations
 
