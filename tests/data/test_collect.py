@@ -166,3 +166,21 @@ def test_perturbed_collection_records_clean_actions_and_replays(tmp_path: Path) 
         collect(store, cfg, episodes=4, workers=1, envs_per_worker=1, quiet=True)
     with pytest.raises(ConfigError, match="action_noise"):
         collect(tmp_path / "bad.zarr", cfg, episodes=1, action_noise=-0.1, quiet=True)
+
+
+def test_throughput_covers_the_whole_run_when_it_ends_before_every_worker_delivered() -> None:
+    from unilab.data.collect import _Meter
+
+    meter = _Meter(cameras=2, rss_every_s=60.0)
+    meter.first_chunk([None], 0)  # one worker delivered; the other never did
+    sum(i * i for i in range(200_000))  # some CPU time in the window
+    meter.stop([None], 120)
+    steady = meter.steady()
+    assert steady["whole_run"] == 1.0 and steady["env_steps"] == 120
+    assert steady["images_per_cpu_s"] == pytest.approx(240 / steady["cpu_s"])
+    # Once every worker delivered, the steady window is the one reported.
+    meter.start([None], 40)
+    sum(i * i for i in range(200_000))
+    meter.stop([None], 120)
+    steady = meter.steady()
+    assert steady["whole_run"] == 0.0 and steady["env_steps"] == 80

@@ -98,7 +98,8 @@ class CollectResult:
     steady: dict[str, float] = field(default_factory=dict)
     """Steady-state throughput: env_steps, images, cpu_s (all processes; main_cpu_s of it
     this process's: reassembly and store writes), wall_s, and env_steps/images per CPU
-    second and per wall second."""
+    second and per wall second; `whole_run` 1 when the run was too short for a steady
+    window (it ended before every worker delivered) and the figures cover all of it."""
     rss: list[dict[str, float]] = field(default_factory=list)
     """Resident memory samples: env_steps so far, main_mib, workers_mib."""
     notes: list[str] = field(default_factory=list)
@@ -406,6 +407,7 @@ class _Collection:
                     header = ring.header(slot)
                     if not meter.started and all(delivered):
                         meter.start(sup.pids(), result.env_steps)
+                    meter.first_chunk(sup.pids(), result.env_steps)
                     if self.accepted < self.remaining:
                         self._feed(header, ring.views(slot))
                     delivered[header.worker_id] += 1
@@ -507,6 +509,9 @@ class _Meter:
         self._steps0 = 0
         self._t1 = self._cpu1 = self._main1 = 0.0
         self._steps1 = 0
+        self._first: tuple[float, float, float, int] | None = None
+        """(wall, cpu, main cpu, steps) at the first chunk: the whole run's window, used when
+        the run ends before every worker delivered (a tiny collection)."""
         self._next_sample = 0.0
         self._rate_t = time.perf_counter()
         self._rate_steps = 0
@@ -540,8 +545,12 @@ class _Meter:
         self._t0, self._cpu0, self._steps0 = time.perf_counter(), self._cpu(pids), steps
         self._main0 = time.process_time()
 
+    def first_chunk(self, pids: list[int | None], steps: int) -> None:
+        if self._first is None:
+            self._first = (time.perf_counter(), self._cpu(pids), time.process_time(), steps)
+
     def stop(self, pids: list[int | None], steps: int) -> None:
-        if self.started:
+        if self.started or self._first is not None:
             self._t1, self._cpu1, self._steps1 = time.perf_counter(), self._cpu(pids), steps
             self._main1 = time.process_time()
 
@@ -562,16 +571,25 @@ class _Meter:
         )
 
     def steady(self) -> dict[str, float]:
-        steps = self._steps1 - self._steps0
-        cpu, wall = self._cpu1 - self._cpu0, self._t1 - self._t0
-        if not self.started or steps <= 0 or cpu <= 0 or wall <= 0:
+        """Throughput once every worker delivered; over the whole run (`whole_run` 1) when
+        that window holds no steps."""
+        t0, cpu0, main0, steps0 = self._t0, self._cpu0, self._main0, self._steps0
+        whole = not self.started or self._steps1 - steps0 <= 0
+        if whole:
+            if self._first is None:
+                return {}
+            t0, cpu0, main0, steps0 = self._first
+        steps = self._steps1 - steps0
+        cpu, wall = self._cpu1 - cpu0, self._t1 - t0
+        if steps <= 0 or cpu <= 0 or wall <= 0:
             return {}
         return {
             "env_steps": steps,
             "images": steps * self.cameras,
             "cpu_s": cpu,
-            "main_cpu_s": self._main1 - self._main0,
+            "main_cpu_s": self._main1 - main0,
             "wall_s": wall,
+            "whole_run": float(whole),
             "env_steps_per_cpu_s": steps / cpu,
             "images_per_cpu_s": steps * self.cameras / cpu,
             "env_steps_per_wall_s": steps / wall,
