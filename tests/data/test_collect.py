@@ -169,10 +169,10 @@ def test_perturbed_collection_records_clean_actions_and_replays(tmp_path: Path) 
 
 
 def test_throughput_covers_the_whole_run_when_it_ends_before_every_worker_delivered() -> None:
-    from unilab.data.collect import _Meter
+    from unilab.data.throughput_meter import ThroughputMeter
 
-    meter = _Meter(cameras=2, rss_every_s=60.0)
-    meter.first_chunk([None], 0)  # one worker delivered; the other never did
+    meter = ThroughputMeter(cameras=2, rss_every_s=60.0)
+    meter.open([None], 0)  # one worker delivered; the other never did
     sum(i * i for i in range(200_000))  # some CPU time in the window
     meter.stop([None], 120)
     steady = meter.steady()
