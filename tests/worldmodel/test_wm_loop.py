@@ -167,3 +167,41 @@ def test_bad_inputs_are_refused_before_anything_starts(
     assert main([*base, "--world-model", str(wm), "--wm-share", "1.0"]) == 2
     assert main(["wm", "loop", str(wm), "--world-model", str(wm), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_synthetic_zero_is_the_real_only_control(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    from unilab.config.errors import ConfigError
+    from unilab.workflows.wm_loop import wm_loop
+
+    _, _, vla = runs
+    with pytest.raises(ConfigError, match="needs a world model"):
+        wm_loop(vla, None, rounds=1, episodes=2, synthetic=3, out=tmp_path / "no")
+    assert not (tmp_path / "no").exists()
+    out = tmp_path / "control"
+    report = wm_loop(
+        vla,
+        None,
+        rounds=1,
+        episodes=2,
+        synthetic=0,
+        max_steps=12,
+        out=out,
+        eval_episodes=2,
+        overrides=["algo.steps=3", "algo.batch_size=8", "algo.val_every=3"],
+        log=lambda _: None,
+    )
+    (summary,) = report["rounds"]
+    assert report["world_model"] is None and report["synthetic_per_round"] == 0
+    assert summary["world_model"] is None and summary["synthetic"] is None
+    assert (
+        not (out / "round_1" / "wm").exists() and not (out / "round_1" / "synthetic.zarr").exists()
+    )
+    # the same real rollouts and training as the synthetic arm, without a wm source
+    assert set(summary["shares"]) == {"expert", "sim"}
+    assert sum(summary["shares"].values()) == pytest.approx(1.0)
+    assert "wm" not in summary["store_frames"]["by_origin"]
+    recorded = summary["rollouts"]["recorded_episodes"]
+    assert summary["store_frames"]["episodes"] == 4 + recorded
+    assert 0.0 <= summary["eval"]["success_rate"] <= 1.0

@@ -37,6 +37,7 @@ BENCHMARKS = {
     "wm_fidelity": "world model: open-loop error vs horizon against copy-last-frame, held-out episodes",
     "wm_filter": "world model: consistency filter precision/recall against the simulator; generated vs simulated frames/s",
     "wm_failures": "world model: predicted success on failure episodes, trained with vs without failure rollouts",
+    "wm_gain": "world model: a VLA improved on real rollouts only vs real + synthetic, equal real budget",
     "segment_critic": "segmentation critic: label accuracy on known segments; BC curated vs all",
     "fleet": "fleet server with 12 simulated robots: server CPU, update latency p99, dashboard",
     "report": "write BENCHMARKS.md from bench/results/*.json",

@@ -23,6 +23,10 @@ Each round is one folder, made in five steps:
 
 Synthetic episodes never enter the real store: the world model learns from the simulator
 only, and each round's policy sees only the synthetic episodes of its own round.
+
+`synthetic=0` is the control arm ("real only"): steps 2 and 3 are skipped and no world
+model is needed, so the same real rollouts, training and evaluation run without synthetic
+data (`unilab bench wm_gain` compares the two arms).
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ def _validation(run: Path) -> dict[str, float]:
 
 def wm_loop(
     run: str | Path,
-    world_model: str | Path,
+    world_model: str | Path | None,
     *,
     rounds: int,
     episodes: int,
@@ -165,7 +169,8 @@ def wm_loop(
 ) -> dict[str, Any]:
     """Run `rounds` rounds from policy `run` and world model `world_model` (module doc);
     returns the report written to `out/wm_loop.json` (default `run/wm_loop`). Rollouts and
-    generation of round k use seed `seed + 1000 k`; evaluation `eval_seed` every round."""
+    generation of round k use seed `seed + 1000 k`; evaluation `eval_seed` every round.
+    `synthetic=0` runs the real-only control arm (`world_model` unused, may be None)."""
     from unilab.workflows.train import train
     from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
     from unilab.worldmodel.generate import generate
@@ -173,18 +178,22 @@ def wm_loop(
     for flag, value in (
         ("--rounds", rounds),
         ("--episodes", episodes),
-        ("--synthetic", synthetic),
         ("--max-steps", max_steps),
         ("--wm-steps", wm_steps),
     ):
         if value < 1:
             raise ConfigError(f"{flag}={value} must be at least 1")
+    if synthetic < 0:
+        raise ConfigError(f"--synthetic={synthetic} must be at least 0 (0: real rollouts only)")
+    if synthetic and world_model is None:
+        raise ConfigError("--synthetic > 0 needs a world model (--world-model RUN)")
     eval_episodes = episodes if eval_episodes is None else eval_episodes
     if eval_episodes < 1:
         raise ConfigError(f"--eval-episodes={eval_episodes} must be at least 1")
     if not 0.0 <= wm_share < 1.0:
         raise ConfigError(f"--wm-share={wm_share} must be in [0, 1)")
-    start, wm_start = Path(run), Path(world_model)
+    start = Path(run)
+    wm_start = Path(world_model) if synthetic and world_model is not None else None
     doc = saved_config(start)
     demos = (doc.get("data") or {}).get("store")
     if not demos or not Path(demos).exists():
@@ -192,15 +201,16 @@ def wm_loop(
             f"{start}: its data.store ({demos!r}) is not an episode store here; the loop "
             "starts its real store from the demos the policy trained on"
         )
-    try:
-        model = load_world_model(wm_start).model
-    except WorldModelRunError as exc:
-        raise ConfigError(str(exc)) from None
-    if model.horizon != 1:
-        raise ConfigError(
-            f"{wm_start} steps {model.horizon} actions at a time; the loop generates one frame "
-            "per control step: start from a world model trained with algo.horizon=1"
-        )
+    if wm_start is not None:
+        try:
+            model = load_world_model(wm_start).model
+        except WorldModelRunError as exc:
+            raise ConfigError(str(exc)) from None
+        if model.horizon != 1:
+            raise ConfigError(
+                f"{wm_start} steps {model.horizon} actions at a time; the loop generates one "
+                "frame per control step: start from a world model trained with algo.horizon=1"
+            )
     out_dir = Path(out) if out is not None else start / "wm_loop"
     if (out_dir / "wm_loop.json").exists() or (out_dir / REAL_STORE).exists():
         raise ConfigError(f"{out_dir} already holds a world-model loop; pass --out for another")
@@ -216,7 +226,8 @@ def wm_loop(
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "start": str(start),
-        "world_model": str(wm_start),
+        "world_model": None if wm_start is None else str(wm_start),
+        "synthetic_per_round": synthetic,
         "real_store": str(real),
         "demos": str(demos),
         "wm_share": wm_share,
@@ -232,32 +243,45 @@ def wm_loop(
         log(f"round {k}/{rounds}: rolling out {episodes} episodes of {policy} in the simulator")
         rollouts = record_rollouts(policy, real, folder, episodes, round_seed)
 
-        log(f"round {k}/{rounds}: fine-tuning the world model {wm} ({wm_steps} steps)")
-        wm_result = train(world_model_config(wm, real, folder / "wm", wm_steps, wm_overrides))
-        if wm_result is None:
-            raise ConfigError("unilab wm loop trains in one process")
-        wm_run = wm_result.path
-
-        log(f"round {k}/{rounds}: generating {synthetic} synthetic episodes in {wm_run}")
-        synthetic_store = folder / "synthetic.zarr"
-        try:
-            generated = generate(
-                load_world_model(wm_run),
-                policy,
-                real,
-                synthetic_store,
-                episodes=synthetic,
-                max_steps=max_steps,
-                seed=round_seed,
-                max_drift=max_drift,
-                wm_run=str(wm_run),
-            )
-        except WorldModelRunError as exc:
-            raise ConfigError(str(exc)) from None
-
         train_store = folder / "train.zarr"
         shutil.copytree(real, train_store)
-        added = append_episodes(synthetic_store, train_store)
+        world: dict[str, Any] | None = None
+        made: dict[str, Any] | None = None
+        if wm is not None:
+            log(f"round {k}/{rounds}: fine-tuning the world model {wm} ({wm_steps} steps)")
+            wm_result = train(world_model_config(wm, real, folder / "wm", wm_steps, wm_overrides))
+            if wm_result is None:
+                raise ConfigError("unilab wm loop trains in one process")
+            wm_run = wm_result.path
+            log(f"round {k}/{rounds}: generating {synthetic} synthetic episodes in {wm_run}")
+            synthetic_store = folder / "synthetic.zarr"
+            try:
+                generated = generate(
+                    load_world_model(wm_run),
+                    policy,
+                    real,
+                    synthetic_store,
+                    episodes=synthetic,
+                    max_steps=max_steps,
+                    seed=round_seed,
+                    max_drift=max_drift,
+                    wm_run=str(wm_run),
+                )
+            except WorldModelRunError as exc:
+                raise ConfigError(str(exc)) from None
+            added = append_episodes(synthetic_store, train_store)
+            world = {
+                "init": str(wm),
+                "run": str(wm_run),
+                "steps": wm_steps,
+                "validation": _validation(wm_run),
+            }
+            made = {
+                **generated.to_dict(),
+                "store": str(synthetic_store),
+                "appended_episodes": added,
+            }
+            wm = wm_run
         frames = store_frames(train_store)
         cfg, shares = policy_config(
             policy,
@@ -285,17 +309,8 @@ def wm_loop(
             "iteration": k - 1,
             "eval": evaluation,
             "rollouts": rollouts,
-            "world_model": {
-                "init": str(wm),
-                "run": str(wm_run),
-                "steps": wm_steps,
-                "validation": _validation(wm_run),
-            },
-            "synthetic": {
-                **generated.to_dict(),
-                "store": str(synthetic_store),
-                "appended_episodes": added,
-            },
+            "world_model": world,
+            "synthetic": made,
             "shares": shares,
             "store_frames": frames,
             "advantages": advantage_stats(trained),
@@ -305,13 +320,18 @@ def wm_loop(
         report["rounds"].append(summary)
         report["wall_s"] = time.perf_counter() - t_start
         atomic_write_text(out_dir / "wm_loop.json", json.dumps(report, indent=2) + "\n")
+        kept = (
+            "no synthetic (real only)"
+            if made is None
+            else f"synthetic kept {made['kept']} of {made['generated']} (predicted success "
+            f"{made['predicted_success']:.2f})"
+        )
         log(
             f"round {k}/{rounds}: eval success {format_rate(evaluation['success_rate'])} (start "
             f"{format_rate(baseline['success_rate'])}); real rollouts {rollouts['episodes']} "
-            f"(success {format_rate(rollouts['success_rate'])}); synthetic kept {generated.kept} of "
-            f"{generated.generated} (predicted success {generated.predicted_success:.2f}); "
+            f"(success {format_rate(rollouts['success_rate'])}); {kept}; "
             f"{summary['wall_s']:.0f} s"
         )
-        policy, wm = trained, wm_run
+        policy = trained
     log(f"wm loop: {rounds} round(s) in {time.perf_counter() - t_start:.0f} s; {out_dir}")
     return report
