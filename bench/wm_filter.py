@@ -1,26 +1,30 @@
-"""`unilab bench wm_filter`: does the consistency filter of `unilab wm generate` remove the
-rollouts whose predicted outcome the simulator contradicts? And how fast is generation
-against the simulator with its cameras?
+"""`unilab bench wm_filter`: do the filters of `unilab wm generate` (the re-encoded second
+path, an ensemble's disagreement) remove the rollouts whose predicted outcome the simulator
+contradicts? And how fast is generation against the simulator with its cameras?
 
     unilab bench wm_filter --task arm_move_side --demos 40 --failures 40 --wm-steps 1500 \\
-        --vla-steps 300 --rollouts 48 --max-steps 120 [key=value ...]
+        --vla-steps 300 --rollouts 48 --max-steps 120 --ensemble 2 [key=value ...]
 
 1. Episodes with per-episode seeds (every start state replays from its seed): `--demos`
    solved episodes of the scripted expert, `--failures` episodes of the expert with a
    constant per-episode offset on its motion axes (std drawn in [0, 0.3]: mostly failures,
    some successes; executed actions recorded), and a held-out store of the same mixture
    for start states.
-2. A one-step world model (`algo.horizon=1`) trains on demos + failures; a small bc_flow VLA
-   on the demos.
-3. `rollout_in_model`: the VLA rolled out inside the model from held-out start frames,
-   with the filter's verdict on every rollout (kept or not).
+2. A one-step world model (`algo.horizon=1`) trains on demos + failures, and `--ensemble`
+   more with seeds seed+1.. (same store, steps and overrides); a small bc_flow VLA on the
+   demos.
+3. `rollout_in_model` (filter `both`): the VLA rolled out inside the model from held-out
+   start frames; the re-encoded path and every member's verdict on every rollout.
 4. The same action sequences are replayed open loop in the simulator from the same start
    states (reset with the start episode's seed) for the model episode's length: the truth.
    A rollout is *bad* when the model's predicted success differs from the simulator's.
    Precision = bad among those the filter removed; recall = removed among the bad; also per
-   drift bound (the outcome check kept) and each check alone.
-5. Throughput on the same batch: generated frames/s (model step + decode, no policy; and
-   the whole generator with the policy and the filter's second path) against simulated and
+   drift bound (the outcome check kept) and each check alone; for the ensemble: any member
+   disagreeing (the shipped `--filter ensemble`), at least k of them, each member alone,
+   both filters, and a sweep over |members' mean P(success) - the main path's verdict|;
+   the ROC AUC of the continuous scores (0.5: no better than chance).
+5. Throughput on the same batch: generated frames/s (model step + decode, no policy; the
+   whole generator with the policy and each filter's extra paths) against simulated and
    rendered frames/s (the task stepping its envs with its cameras).
 
 Writes JSON (`rows`: one per filter setting and throughput measure; `ratios`).
@@ -46,8 +50,9 @@ from unilab.tasks.base import IMAGE_PREFIX, INSTRUCTION
 from unilab.tasks.experts import make_expert
 from unilab.tasks.registry import make_task
 from unilab.workflows.train import train
+from unilab.worldmodel.consistency import consistency, ensemble_disagrees
 from unilab.worldmodel.fidelity import LoadedWorldModel, load_world_model
-from unilab.worldmodel.generate import ModelRollouts, consistency, rollout_in_model
+from unilab.worldmodel.generate import ModelRollouts, rollout_in_model
 
 DEFAULT_OUT = "bench/results/wm_filter.json"
 TASK_OVERRIDES = ["task.cameras=[front]", "task.image_size=32"]
@@ -217,6 +222,21 @@ def filter_quality(removed: np.ndarray, bad: np.ndarray) -> dict[str, Any]:
     }
 
 
+def roc_auc(score: np.ndarray, bad: np.ndarray) -> float | None:
+    """P(score of a bad rollout > score of a good one), ties half (0.5: chance)."""
+    pos, neg = score[bad], score[~bad]
+    if not len(pos) or not len(neg):
+        return None
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+def _kept_over_all(q: dict[str, Any]) -> float | None:
+    if q["bad_rate_kept"] is None or not q["bad_rate_all"]:
+        return None
+    return float(q["bad_rate_kept"] / q["bad_rate_all"])
+
+
 @torch.no_grad()
 def model_frames_per_s(loaded: LoadedWorldModel, batch: int, steps: int) -> float:
     """Model step + decode (the generator's per-frame work, no policy), one batch."""
@@ -271,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=150)
     parser.add_argument("--max-drift", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        default=2,
+        help="extra world models (seeds seed+1..seed+N) for the ensemble filter (0: none)",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument(
@@ -305,6 +331,23 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
     )
     wm_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    member_runs = [
+        train_run(
+            task,
+            [
+                *TASK_OVERRIDES,
+                *wm_tokens,
+                *WM_OVERRIDES,
+                f"data.store={train_store}",
+                *args.overrides,
+            ],
+            work / f"wm_member{k}",
+            args.seed + k,
+        )
+        for k in range(1, args.ensemble + 1)
+    ]
+    members_s = time.perf_counter() - t0
     demos_store = work / "demos.zarr"
     record_episodes(demos_store, task, range(args.demos), solved_only=True)
     t0 = time.perf_counter()
@@ -322,20 +365,43 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
     )
     vla_s = time.perf_counter() - t0
-    print(f"world model {wm_s:.0f} s, VLA {vla_s:.0f} s")
+    print(
+        f"world model {wm_s:.0f} s, {args.ensemble} ensemble members {members_s:.0f} s, "
+        f"VLA {vla_s:.0f} s"
+    )
 
     loaded = load_world_model(wm_run)
-    ro, _ = rollout_in_model(
-        loaded,
-        vla_run,
-        start_store,
-        episodes=args.rollouts,
-        max_steps=args.max_steps,
-        seed=args.seed,
-        max_drift=args.max_drift,
-    )
+    members = [load_world_model(r) for r in member_runs]
+
+    def rollouts(mode: str, ensemble: Sequence[LoadedWorldModel]) -> ModelRollouts:
+        ro, _ = rollout_in_model(
+            loaded,
+            vla_run,
+            start_store,
+            episodes=args.rollouts,
+            max_steps=args.max_steps,
+            seed=args.seed,
+            max_drift=args.max_drift,
+            ensemble=ensemble,
+            filter=mode,
+        )
+        return ro
+
+    ro = rollouts("both" if members else "reencode", members)
     generated = int(ro.length.sum())
-    gen_fps = args.rollouts * ro.rows["action"].shape[1] / ro.seconds
+    n_members = len(members)
+
+    def gen_fps(r: ModelRollouts) -> float:
+        return args.rollouts * r.rows["action"].shape[1] / r.seconds
+
+    # the generator's cost per filter (same rollouts: the heads do not steer the policy)
+    timed = {"both": ro, "reencode": rollouts("reencode", [])}
+    timed["none"] = rollouts("none", [])
+    if members:
+        timed["ensemble"] = rollouts("ensemble", members)
+        assert (timed["ensemble"].outcome_members == ro.outcome_members).all()
+    for other in timed.values():
+        assert (other.outcome == ro.outcome).all() and (other.length == ro.length).all()
     seeds = [int(ro.metas[e].seed or 0) for e in range(args.rollouts)]
     with EpisodeStore.open(start_store, "r") as st:
         stored = np.stack([st.episode(int(i), ["obs/policy"])["obs/policy"][0] for i in ro.picks])
@@ -345,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     start_match = float(np.isclose(start_proprio, stored, atol=1e-5).all(1).mean())
     bad = ro.predicted_success != sim_success
     rows: list[dict[str, Any]] = []
-    quality = filter_quality(~ro.keep, bad)
+    keep_reencode, _ = consistency(ro.outcome, ro.outcome_reencoded, ro.drift, args.max_drift)
+    quality = filter_quality(~keep_reencode, bad)
     rows.append({"kind": "filter", "setting": f"outcome+drift<={args.max_drift}", **quality})
     outcome_only = ro.outcome != ro.outcome_reencoded
     rows.append({"kind": "filter", "setting": "outcome only", **filter_quality(outcome_only, bad)})
@@ -364,6 +431,58 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
+    ens_quality: dict[str, Any] = {}
+    score = np.abs(ro.success_members_mean - ro.predicted_success)
+    if members:
+        disagree = ensemble_disagrees(ro.outcome, ro.outcome_members)
+        ens_quality = filter_quality(disagree, bad)
+        for k in range(1, n_members + 1):
+            name = "any member" if k == 1 else f">={k} of {n_members} members"
+            rows.append(
+                {
+                    "kind": "filter",
+                    "setting": f"ensemble: {name} disagree(s)",
+                    **filter_quality(ensemble_disagrees(ro.outcome, ro.outcome_members, k), bad),
+                }
+            )
+        for k in range(2, n_members):  # the ensembles of fewer members (the same seeds)
+            first = ensemble_disagrees(ro.outcome, ro.outcome_members[:k])
+            rows.append(
+                {
+                    "kind": "filter",
+                    "setting": f"ensemble of members 1..{k}: any disagrees",
+                    **filter_quality(first, bad),
+                }
+            )
+        for i in range(n_members):
+            alone = ro.outcome_members[i] != ro.outcome
+            rows.append(
+                {
+                    "kind": "filter",
+                    "setting": f"ensemble: member {i + 1} alone",
+                    **filter_quality(alone, bad),
+                }
+            )
+        rows.append(
+            {
+                "kind": "filter",
+                "setting": f"both: outcome+drift<={args.max_drift} or ensemble",
+                **filter_quality(~ro.keep, bad),
+            }
+        )
+        either = disagree | (ro.outcome != ro.outcome_reencoded)
+        rows.append(
+            {"kind": "filter", "setting": "ensemble or outcome", **filter_quality(either, bad)}
+        )
+        for bound in np.round(np.arange(0.1, 0.95, 0.1), 1).tolist():
+            rows.append(
+                {
+                    "kind": "filter",
+                    "setting": f"|members' P(success) - main verdict| > {bound}",
+                    **filter_quality(score > bound, bad),
+                }
+            )
+
     batch = args.rollouts
     steps = min(100, args.max_steps)
     model_fps = model_frames_per_s(loaded, batch, steps)
@@ -374,11 +493,20 @@ def main(argv: list[str] | None = None) -> int:
             "setting": f"world model step+decode, batch {batch}",
             "frames_per_s": model_fps,
         },
-        {
-            "kind": "throughput",
-            "setting": f"generator (policy + both paths), batch {batch}",
-            "frames_per_s": gen_fps,
-        },
+        *(
+            {
+                "kind": "throughput",
+                "setting": f"generator, filter {mode} ({what}), batch {batch}",
+                "frames_per_s": gen_fps(timed[mode]),
+            }
+            for mode, what in (
+                ("none", "policy + model"),
+                ("reencode", "+ the re-encoded path"),
+                ("ensemble", f"+ {n_members} members"),
+                ("both", f"+ the re-encoded path and {n_members} members"),
+            )
+            if mode in timed
+        ),
         {
             "kind": "throughput",
             "setting": f"simulator + camera render, {batch} envs",
@@ -388,22 +516,34 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {
         "filter_precision": quality["precision"],
         "filter_recall": quality["recall"],
-        "bad_rate_kept_over_all": (
-            quality["bad_rate_kept"] / quality["bad_rate_all"]
-            if quality["bad_rate_kept"] is not None and quality["bad_rate_all"] > 0
+        "bad_rate_kept_over_all": _kept_over_all(quality),
+        "ensemble_precision": ens_quality.get("precision"),
+        "ensemble_recall": ens_quality.get("recall"),
+        "ensemble_bad_rate_kept": ens_quality.get("bad_rate_kept"),
+        "ensemble_bad_rate_all": ens_quality.get("bad_rate_all"),
+        "ensemble_bad_rate_kept_over_all": _kept_over_all(ens_quality) if members else None,
+        "auc_drift": roc_auc(ro.drift, bad),
+        "auc_ensemble_score": roc_auc(score, bad) if members else None,
+        "auc_members_disagreeing": (
+            roc_auc((ro.outcome_members != ro.outcome).sum(0).astype(float), bad)
+            if members
             else None
         ),
         "model_over_sim_frames_per_s": model_fps / sim_fps,
-        "generator_over_sim_frames_per_s": gen_fps / sim_fps,
+        "generator_over_sim_frames_per_s": gen_fps(timed["reencode"]) / sim_fps,
+        "generator_ensemble_over_sim_frames_per_s": (
+            gen_fps(timed["ensemble"]) / sim_fps if members else None
+        ),
     }
-    print(f"{'setting':40s} {'removed':>7s} {'bad':>4s} {'precision':>9s} {'recall':>6s}")
+    print(f"{'setting':52s} {'removed':>7s} {'bad':>4s} {'precision':>9s} {'recall':>6s}")
     for r in rows:
         if r["kind"] == "filter":
             p = "-" if r["precision"] is None else f"{r['precision']:.2f}"
             c = "-" if r["recall"] is None else f"{r['recall']:.2f}"
-            print(f"{r['setting']:40s} {r['removed']:7d} {r['bad']:4d} {p:>9s} {c:>6s}")
+            print(f"{r['setting']:52s} {r['removed']:7d} {r['bad']:4d} {p:>9s} {c:>6s}")
         else:
-            print(f"{r['setting']:40s} {r['frames_per_s']:.0f} frames/s")
+            print(f"{r['setting']:52s} {r['frames_per_s']:.0f} frames/s")
+    print({k: None if v is None else round(float(v), 3) for k, v in ratios.items()})
     doc = {
         "benchmark": "wm_filter",
         "bench_command": "unilab bench wm_filter " + " ".join(argv or []),
@@ -422,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                 "max_steps",
                 "max_drift",
                 "seed",
+                "ensemble",
                 "overrides",
             )
         }
@@ -431,14 +572,36 @@ def main(argv: list[str] | None = None) -> int:
             "vla_overrides": VLA_OVERRIDES,
         },
         "data": data,
-        "train_s": {"world_model": round(wm_s, 1), "vla": round(vla_s, 1)},
+        "train_s": {
+            "world_model": round(wm_s, 1),
+            "ensemble_members": round(members_s, 1),
+            "vla": round(vla_s, 1),
+        },
         "rollouts": {
             **_outcome_agreement(ro, sim_success),
             "generated": args.rollouts,
             "frames": generated,
-            "kept": int(ro.keep.sum()),
+            "kept_reencode": int(keep_reencode.sum()),
+            "kept_ensemble": int((~ensemble_disagrees(ro.outcome, ro.outcome_members)).sum())
+            if members
+            else None,
+            "member_agreement_with_sim": [
+                float(((o == 2) == sim_success).mean()) for o in ro.outcome_members
+            ],
+            "member_agreement_with_main": [
+                float((o == ro.outcome).mean()) for o in ro.outcome_members
+            ],
             "start_state_match": start_match,
             "drift_quantiles": np.quantile(ro.drift, [0.1, 0.5, 0.9]).round(4).tolist(),
+        },
+        "per_rollout": {
+            "length": ro.length.tolist(),
+            "outcome": ro.outcome.tolist(),
+            "outcome_reencoded": ro.outcome_reencoded.tolist(),
+            "drift": ro.drift.round(4).tolist(),
+            "outcome_members": ro.outcome_members.tolist(),
+            "success_members": ro.success_members.round(4).tolist(),
+            "sim_success": sim_success.astype(int).tolist(),
         },
         "rows": rows,
         "ratios": ratios,

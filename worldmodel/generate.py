@@ -11,15 +11,19 @@ model's own heads, filtered for consistency, written as `origin=wm` episodes.
   a time (`algo.horizon=1`); a chunk model predicts frames only at chunk boundaries.
 - An episode ends where the model's done head says so (probability > 0.5; its success
   head gives the outcome) or at `max_steps` (truncated).
-- Consistency filter: the same actions are also rolled from latents re-encoded from the
-  decoded frames at every step (what the model would do if it had to live on its own
-  pictures). An episode is kept when both paths predict the same outcome and their latents
-  stay within `max_drift` (mean squared difference over the mean squared latent).
+- Filters (`filter=`, `unilab.worldmodel.consistency`): `reencode` (the default) rolls the
+  same actions from latents re-encoded from the decoded frames at every step (what the model
+  would do if it had to live on its own pictures) and keeps an episode when both paths
+  predict the same outcome and their latents stay within `max_drift` (mean squared
+  difference over the mean squared latent); `ensemble` steps the same actions open loop in
+  other world models trained on the same data with other seeds (`ensemble=`) and keeps an
+  episode when every member's verdict is the main path's outcome; `both`; `none`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,17 @@ from unilab.data.schema import StoreSchema
 from unilab.data.store import EpisodeStore
 from unilab.export.run_policy import load_run_policy
 from unilab.policies.vla.policy import VLAPolicy
+from unilab.worldmodel.consistency import (
+    REASONS,
+    check_filter,
+    check_members,
+    consistency,
+    member_verdict,
+    verdict,
+)
 from unilab.worldmodel.fidelity import LoadedWorldModel, WorldModelRunError
+
+__all__ = ["GenerateReport", "ModelRollouts", "consistency", "generate", "rollout_in_model"]
 
 
 @dataclass
@@ -44,7 +58,8 @@ class GenerateReport:
     frames: int
     seconds: float
     dropped: dict[str, int] = field(default_factory=dict)
-    """Why episodes were filtered out: `outcome` (the two paths disagree), `drift`."""
+    """Why episodes were filtered out: `outcome` (the two paths disagree), `drift` (the
+    re-encoded path drifted), `ensemble` (a member disagrees); the filter's reasons only."""
 
     @property
     def frames_per_s(self) -> float:
@@ -103,33 +118,35 @@ class ModelRollouts:
     """(B,) 0 truncated at max_steps, 1 ended in failure, 2 ended in success (the model's
     heads on the main path)."""
     outcome_reencoded: np.ndarray
-    """(B,) the same on the re-encoded path."""
+    """(B,) the same on the re-encoded path (-1 where it was not rolled: filter `ensemble` or
+    `none`)."""
     drift: np.ndarray
-    """(B,) relative latent drift between the two paths."""
+    """(B,) relative latent drift between the two paths (NaN where not rolled)."""
     keep: np.ndarray
-    """(B,) bool: passes the consistency filter."""
+    """(B,) bool: passes the filter."""
     reason: list[str]
-    """Per episode '' (kept), 'outcome' or 'drift'."""
+    """Per episode '' (kept), 'outcome', 'drift' or 'ensemble'."""
     picks: np.ndarray
     """(B,) index of the start episode in the start store."""
     metas: list[EpisodeMeta]
     seconds: float
+    outcome_members: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    """(M, B) each ensemble member's verdict (`consistency.member_verdict`); M = 0 without
+    an ensemble."""
+    success_members: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """(M, B) each member's P(success) at its verdict step."""
+    filter: str = "reencode"
 
     @property
     def predicted_success(self) -> np.ndarray:
         return np.asarray(self.outcome == 2)
 
-
-def consistency(
-    outcome: np.ndarray, outcome_b: np.ndarray, drift: np.ndarray, max_drift: float
-) -> tuple[np.ndarray, list[str]]:
-    """The filter: keep where both paths predict the same outcome and the drift is within
-    `max_drift`. -> keep mask, reason per episode ('' kept, 'outcome', 'drift')."""
-    reason = [
-        "outcome" if a != b else ("drift" if d > max_drift else "")
-        for a, b, d in zip(outcome.tolist(), outcome_b.tolist(), drift.tolist(), strict=True)
-    ]
-    return np.array([r == "" for r in reason], bool), reason
+    @property
+    def success_members_mean(self) -> np.ndarray:
+        """(B,) the members' mean P(success) at their verdicts (NaN without an ensemble)."""
+        if not len(self.success_members):
+            return np.full(len(self.outcome), np.nan)
+        return np.asarray(self.success_members.mean(0))
 
 
 @torch.no_grad()
@@ -142,12 +159,20 @@ def rollout_in_model(
     max_steps: int,
     seed: int = 0,
     max_drift: float = 0.5,
+    ensemble: Sequence[LoadedWorldModel] = (),
+    filter: str = "reencode",
 ) -> tuple[ModelRollouts, Any]:
     """Roll the policy of `policy_run` out inside the model from seeded start frames of
-    `start_store` (see the module doc); nothing is written. -> rollouts, the loaded policy
-    run."""
+    `start_store` (see the module doc); nothing is written. The re-encoded path is rolled
+    for the filters `reencode` and `both`; the `ensemble` members step the main path's
+    actions whatever the filter (no decoding: a model step each). -> rollouts, the loaded
+    policy run."""
     if episodes < 1 or max_steps < 1:
         raise ValueError(f"episodes and max_steps must be >= 1, got {episodes}, {max_steps}")
+    members = list(ensemble)
+    check_filter(filter, len(members))
+    check_members(loaded, members)
+    reencode = filter in ("reencode", "both")
     rp = load_run_policy(Path(policy_run))
     policy = rp.actor
     if not isinstance(policy, VLAPolicy):
@@ -180,6 +205,14 @@ def rollout_in_model(
         else torch.zeros(b, 0)
     )
     pb = p
+    zs = [k.model.encode(frames0) for k in members]
+    ps = [
+        k.model.proprio_norm(torch.from_numpy(np.stack([s[pf][0] for s in starts])))
+        if m.proprio_dim
+        else torch.zeros(b, 0)
+        for k in members
+    ]
+    heads: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in members]
     instruction = (
         torch.from_numpy(np.stack([s[instr_field][0] for s in starts]))
         if policy.inputs.vocab_size
@@ -214,26 +247,43 @@ def rollout_in_model(
             rows[instr_field].append(instruction.numpy())
         rows["action"].append(action.numpy())
         z, p, reward, done, success = m.predict(z, p, action[:, None], pad)
-        zb_in = m.encode({c: _as_uint8(m.decode(zb)[:, i]) for i, c in enumerate(m.cameras)})
-        zb, pb, _, done_b, success_b = m.predict(zb_in, pb, action[:, None], pad)
+        for k, member in enumerate(members):
+            zs[k], ps[k], _, done_k, success_k = member.model.predict(
+                zs[k], ps[k], action[:, None], pad
+            )
+            heads[k].append((torch.sigmoid(done_k).numpy(), torch.sigmoid(success_k).numpy()))
         rows["reward"].append(reward.numpy().astype(np.float32))
         live = alive.copy()
-        drift_num[live] += (z - zb).square().flatten(1).mean(1).numpy()[live]
-        drift_den[live] += z.square().flatten(1).mean(1).numpy()[live]
         ended = (torch.sigmoid(done) > 0.5).numpy() & live
-        ended_b = (torch.sigmoid(done_b) > 0.5).numpy()
         win = (torch.sigmoid(success) > 0.5).numpy()
-        win_b = (torch.sigmoid(success_b) > 0.5).numpy()
         outcome_a[ended] = np.where(win[ended], 2, 1)
-        first_b = live & (outcome_b == 0) & ended_b
-        outcome_b[first_b] = np.where(win_b[first_b], 2, 1)
+        if reencode:
+            zb_in = m.encode({c: _as_uint8(m.decode(zb)[:, i]) for i, c in enumerate(m.cameras)})
+            zb, pb, _, done_b, success_b = m.predict(zb_in, pb, action[:, None], pad)
+            drift_num[live] += (z - zb).square().flatten(1).mean(1).numpy()[live]
+            drift_den[live] += z.square().flatten(1).mean(1).numpy()[live]
+            ended_b = (torch.sigmoid(done_b) > 0.5).numpy()
+            win_b = (torch.sigmoid(success_b) > 0.5).numpy()
+            first_b = live & (outcome_b == 0) & ended_b
+            outcome_b[first_b] = np.where(win_b[first_b], 2, 1)
         length[ended] = t + 1
         alive &= ~ended
         if not alive.any():
             break
-    drift = drift_num / np.maximum(drift_den, 1e-12)
+    if reencode:
+        drift = drift_num / np.maximum(drift_den, 1e-12)
+    else:
+        outcome_b, drift = np.full(b, -1, np.int64), np.full(b, np.nan)
     stacked = {k: np.stack(v, 1) for k, v in rows.items()}  # (B, T, ...)
-    keep, reason = consistency(outcome_a, outcome_b, drift, max_drift)
+    verdicts = [
+        member_verdict(
+            np.stack([d for d, _ in h], 1), np.stack([w for _, w in h], 1), length, outcome_a > 0
+        )
+        for h in heads
+    ]
+    outcome_m = np.array([o for o, _ in verdicts], np.int64).reshape(len(members), b)
+    success_m = np.array([w for _, w in verdicts], np.float64).reshape(len(members), b)
+    keep, reason = verdict(filter, outcome_a, outcome_b, drift, max_drift, outcome_m)
     rollouts = ModelRollouts(
         rows=stacked,
         fields=fields,
@@ -247,6 +297,9 @@ def rollout_in_model(
         picks=np.asarray(picks),
         metas=metas,
         seconds=time.perf_counter() - started,
+        outcome_members=outcome_m,
+        success_members=success_m,
+        filter=filter,
     )
     return rollouts, rp
 
@@ -262,7 +315,11 @@ def generate(
     seed: int = 0,
     max_drift: float = 0.5,
     wm_run: str = "",
+    ensemble: Sequence[LoadedWorldModel] = (),
+    filter: str = "reencode",
 ) -> GenerateReport:
+    """Roll out (`rollout_in_model`), filter (`filter`, with the `ensemble` members for
+    `ensemble`/`both`) and write the kept episodes to `out_store` (replaced)."""
     started = time.perf_counter()
     ro, rp = rollout_in_model(
         loaded,
@@ -272,10 +329,13 @@ def generate(
         max_steps=max_steps,
         seed=seed,
         max_drift=max_drift,
+        ensemble=ensemble,
+        filter=filter,
     )
     stacked, fields, length, outcome_a = ro.rows, ro.fields, ro.length, ro.outcome
     drift, picks, metas = ro.drift, ro.picks, ro.metas
-    dropped = {"outcome": 0, "drift": 0}
+    dropped = dict.fromkeys(REASONS[filter], 0)
+    members = [str(k.checkpoint) for k in ensemble]
     kept = 0
     successes = 0
     frames_written = 0
@@ -310,9 +370,16 @@ def generate(
                     },
                     "policy_run": str(policy_run),
                     "start_episode": int(picks[e]),
-                    "consistency_drift": float(drift[e]),
                 },
             )
+            if np.isfinite(drift[e]):
+                meta.tags["consistency_drift"] = float(drift[e])
+            if members:
+                meta.tags["ensemble"] = {
+                    "checkpoints": members,
+                    "outcomes": ro.outcome_members[:, e].tolist(),
+                    "success_mean": float(ro.success_members_mean[e]),
+                }
             batch.append((ep, meta))
             kept += 1
             successes += int(succeeded)

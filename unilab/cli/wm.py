@@ -104,6 +104,23 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-drift", type=float, default=0.5, help="consistency filter: latent drift bound"
     )
+    p.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="other world-model runs trained on the same data with other seeds: they step the "
+        "same actions and their verdicts go into each episode's tags; --filter ensemble (or "
+        "both) drops episodes where any of them disagrees with the main model's outcome",
+    )
+    p.add_argument(
+        "--filter",
+        choices=["reencode", "ensemble", "both", "none"],
+        default="reencode",
+        help="reencode (default): the re-encoded second path's outcome and --max-drift; "
+        "ensemble: the --ensemble members' verdicts; both; none. Neither filter is better "
+        "than chance in `unilab bench wm_filter` (docs/worldmodel.md)",
+    )
     p.add_argument("items", nargs="*", metavar="store=PATH", help="where to write the episodes")
 
 
@@ -111,12 +128,25 @@ def _generate(args: argparse.Namespace) -> int:
     from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
     from unilab.worldmodel.generate import generate
 
-    stores = [w.removeprefix("store=") for w in args.items if w.startswith("store=")]
-    other = [w for w in args.items if not w.startswith("store=")]
+    # `--ensemble A B store=OUT`: the option's list swallows the positional store=PATH
+    items = [*args.items, *(w for w in args.ensemble if w.startswith("store="))]
+    runs = [w for w in args.ensemble if not w.startswith("store=")]
+    stores = [w.removeprefix("store=") for w in items if w.startswith("store=")]
+    other = [w for w in items if not w.startswith("store=")]
     if len(stores) != 1 or other:
+        raise ConfigError(f"unilab wm generate takes one store=PATH for its output; got {items}")
+    mode = args.filter
+    if mode in ("ensemble", "both") and not runs:
         raise ConfigError(
-            f"unilab wm generate takes one store=PATH for its output; got {args.items}"
+            f"--filter {mode} needs --ensemble RUN [RUN ...]: world models trained on the same "
+            "store with other seeds (unilab wm train ... run.seed=N)"
         )
+    ensemble = []
+    for run in runs:
+        try:
+            ensemble.append(load_world_model(Path(run)))
+        except WorldModelRunError as exc:
+            raise ConfigError(f"--ensemble {run}: {exc}") from None
     try:
         report = generate(
             load_world_model(Path(args.run)),
@@ -128,6 +158,8 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             max_drift=args.max_drift,
             wm_run=str(args.run),
+            ensemble=ensemble,
+            filter=mode,
         )
     except WorldModelRunError as exc:
         raise ConfigError(str(exc)) from None
@@ -221,10 +253,11 @@ VERBS = [
         _generate_arguments,
         description="Start from first frames of --start-store episodes, roll --policy out "
         "inside the world model (chunked execution, seeded noise), end episodes where the "
-        "model's done head says so, keep those that pass the consistency filter, and write "
-        "them with origin=wm and the model's checkpoint in their metadata. "
+        "model's done head says so, keep those that pass the filter (--filter: the re-encoded "
+        "second path, the --ensemble members' verdicts, both or none), and write them with "
+        "origin=wm and the model's checkpoint in their metadata. "
         "Example: unilab wm generate <wm run> --policy <vla run> --start-store demos.zarr "
-        "store=synthetic.zarr",
+        "--ensemble <wm run seed 1> <wm run seed 2> store=synthetic.zarr",
         parent="wm",
     ),
     Verb(
