@@ -50,9 +50,10 @@ from unilab.tasks.base import IMAGE_PREFIX, INSTRUCTION
 from unilab.tasks.experts import make_expert
 from unilab.tasks.registry import make_task
 from unilab.workflows.train import train
-from unilab.worldmodel.consistency import consistency, ensemble_disagrees
+from unilab.worldmodel.consistency import consistency, ensemble_disagrees, state_disagrees
 from unilab.worldmodel.fidelity import LoadedWorldModel, load_world_model
 from unilab.worldmodel.generate import ModelRollouts, rollout_in_model
+from unilab.worldmodel.state_rule import task_state_rule
 
 DEFAULT_OUT = "bench/results/wm_filter.json"
 TASK_OVERRIDES = ["task.cameras=[front]", "task.image_size=32"]
@@ -297,7 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="extra world models (seeds seed+1..seed+N) for the ensemble filter (0: none)",
     )
-    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument(
+        "--state-policy",
+        action="store_true",
+        help="world models and VLA read the critic state too (task.state_policy=true), which "
+        "adds the task-rule filter (--filter state)",
+    )
+    parser.add_argument("--out", default="", help=f"default {DEFAULT_OUT} (_state: --state-policy)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument(
         "overrides", nargs="*", help="world-model overrides, e.g. algo.latent_dim=32"
@@ -306,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.demos, args.failures, args.starts, args.wm_steps, args.vla_steps = 4, 4, 4, 20, 4
         args.rollouts, args.max_steps = 6, 20
+    if not args.out:
+        args.out = DEFAULT_OUT.replace(".json", "_state.json") if args.state_policy else DEFAULT_OUT
+    scene = [*TASK_OVERRIDES, *(["task.state_policy=true"] if args.state_policy else [])]
     torch.set_num_threads(1)
     machine, started = machine_info(), time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="wm_filter_"))
@@ -313,12 +323,22 @@ def main(argv: list[str] | None = None) -> int:
     train_store, start_store = work / "train.zarr", work / "starts.zarr"
     t0 = time.perf_counter()
     data = {
-        "demos": record_episodes(train_store, task, range(args.demos), solved_only=True),
+        "demos": record_episodes(
+            train_store, task, range(args.demos), overrides=scene, solved_only=True
+        ),
         "failures": record_episodes(
-            train_store, task, range(10_000, 10_000 + args.failures), max_offset=MAX_OFFSET
+            train_store,
+            task,
+            range(10_000, 10_000 + args.failures),
+            overrides=scene,
+            max_offset=MAX_OFFSET,
         ),
         "starts": record_episodes(
-            start_store, task, range(20_000, 20_000 + args.starts), max_offset=MAX_OFFSET
+            start_store,
+            task,
+            range(20_000, 20_000 + args.starts),
+            overrides=scene,
+            max_offset=MAX_OFFSET,
         ),
     }
     print(f"episodes recorded in {time.perf_counter() - t0:.0f} s: {data}")
@@ -326,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     wm_tokens = ["algo=world_model", "algo.horizon=1", f"algo.steps={args.wm_steps}"]
     wm_run = train_run(
         task,
-        [*TASK_OVERRIDES, *wm_tokens, *WM_OVERRIDES, f"data.store={train_store}", *args.overrides],
+        [*scene, *wm_tokens, *WM_OVERRIDES, f"data.store={train_store}", *args.overrides],
         work / "wm",
         args.seed,
     )
@@ -336,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         train_run(
             task,
             [
-                *TASK_OVERRIDES,
+                *scene,
                 *wm_tokens,
                 *WM_OVERRIDES,
                 f"data.store={train_store}",
@@ -349,12 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     members_s = time.perf_counter() - t0
     demos_store = work / "demos.zarr"
-    record_episodes(demos_store, task, range(args.demos), solved_only=True)
+    record_episodes(demos_store, task, range(args.demos), overrides=scene, solved_only=True)
     t0 = time.perf_counter()
     vla_run = train_run(
         task,
         [
-            *TASK_OVERRIDES,
+            *scene,
             "algo=bc_flow",
             f"algo.steps={args.vla_steps}",
             f"algo.val_every={max(1, args.vla_steps)}",
@@ -372,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loaded = load_world_model(wm_run)
     members = [load_world_model(r) for r in member_runs]
+    rule = task_state_rule(wm_run) if args.state_policy else None
 
     def rollouts(mode: str, ensemble: Sequence[LoadedWorldModel]) -> ModelRollouts:
         ro, _ = rollout_in_model(
@@ -384,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             max_drift=args.max_drift,
             ensemble=ensemble,
             filter=mode,
+            state_rule=rule,
         )
         return ro
 
@@ -405,14 +427,23 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(ro.metas[e].seed or 0) for e in range(args.rollouts)]
     with EpisodeStore.open(start_store, "r") as st:
         stored = np.stack([st.episode(int(i), ["obs/policy"])["obs/policy"][0] for i in ro.picks])
-    sim_success, start_proprio = replay_in_sim(
-        task, seeds, ro.rows["action"], ro.length, TASK_OVERRIDES
-    )
+    sim_success, start_proprio = replay_in_sim(task, seeds, ro.rows["action"], ro.length, scene)
     start_match = float(np.isclose(start_proprio, stored, atol=1e-5).all(1).mean())
     bad = ro.predicted_success != sim_success
     rows: list[dict[str, Any]] = []
     keep_reencode, _ = consistency(ro.outcome, ro.outcome_reencoded, ro.drift, args.max_drift)
     quality = filter_quality(~keep_reencode, bad)
+    state_quality: dict[str, Any] = {}
+    if ro.state_success is not None:
+        state_off = state_disagrees(ro.outcome, ro.state_success)
+        state_quality = filter_quality(state_off, bad)
+        rows.append(
+            {
+                "kind": "filter",
+                "setting": "state: task rule vs success head",
+                **filter_quality(state_off, bad),
+            }
+        )
     rows.append({"kind": "filter", "setting": f"outcome+drift<={args.max_drift}", **quality})
     outcome_only = ro.outcome != ro.outcome_reencoded
     rows.append({"kind": "filter", "setting": "outcome only", **filter_quality(outcome_only, bad)})
@@ -522,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         "ensemble_bad_rate_kept": ens_quality.get("bad_rate_kept"),
         "ensemble_bad_rate_all": ens_quality.get("bad_rate_all"),
         "ensemble_bad_rate_kept_over_all": _kept_over_all(ens_quality) if members else None,
+        "state_precision": state_quality.get("precision"),
+        "state_recall": state_quality.get("recall"),
+        "state_bad_rate_kept_over_all": _kept_over_all(state_quality) if state_quality else None,
         "auc_drift": roc_auc(ro.drift, bad),
         "auc_ensemble_score": roc_auc(score, bad) if members else None,
         "auc_members_disagreeing": (
@@ -563,11 +597,12 @@ def main(argv: list[str] | None = None) -> int:
                 "max_drift",
                 "seed",
                 "ensemble",
+                "state_policy",
                 "overrides",
             )
         }
         | {
-            "task_overrides": TASK_OVERRIDES,
+            "task_overrides": scene,
             "wm_overrides": WM_OVERRIDES,
             "vla_overrides": VLA_OVERRIDES,
         },
@@ -602,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
             "outcome_members": ro.outcome_members.tolist(),
             "success_members": ro.success_members.round(4).tolist(),
             "sim_success": sim_success.astype(int).tolist(),
+            "state_success": None
+            if ro.state_success is None
+            else ro.state_success.astype(int).tolist(),
         },
         "rows": rows,
         "ratios": ratios,

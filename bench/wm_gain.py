@@ -11,13 +11,16 @@ Per seed (every piece of data and every model changes with it):
    motion axes (mostly failures; `unilab.bench.wm_filter.record_episodes`): a model that
    has seen only successes calls every episode a success (`unilab bench wm_failures`).
 2. A one-step world model (`algo.horizon=1`) and a small bc_flow VLA (both 32 px, front
-   camera: the sizes of `unilab bench wm_filter`).
+   camera: the sizes of `unilab bench wm_filter`). With `--state-policy` both also read
+   the privileged state (`task.state_policy=true`): the world model then predicts the
+   objects' positions with the arm's, and the VLA acts mostly from them.
 3. Two arms of `unilab wm loop` from that VLA, each `--rounds` rounds of `--episodes` real
    rollouts, awr_flow training (`--policy-steps`) and an evaluation (`--eval-episodes`, the
    same evaluation seed everywhere):
    - `real`: `--synthetic 0`, the control (no world model);
    - `wm`: the world model fine-tuned on the real store each round, `--synthetic`
-     rollouts of the policy inside it, filtered, a pinned `--wm-share` of every batch.
+     rollouts of the policy inside it, filtered; those it calls successes
+     (`--synthetic-keep`) join the training store, at most `--wm-share` of every batch.
 
 Reports each arm's evaluated success per round and seed, the mean, the paired difference
 wm - real per seed at the last round, and the synthetic episodes kept and their predicted
@@ -55,22 +58,32 @@ def _quiet(message: str) -> None:
     print(f"  {message}", flush=True)
 
 
+def task_overrides(args: argparse.Namespace) -> list[str]:
+    return [*TASK_OVERRIDES, *(["task.state_policy=true"] if args.state_policy else [])]
+
+
 def setup_seed(task: str, seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Stores, world model and starting VLA of one seed (step 1 and 2 of the module doc)."""
     base = 100_000 * (seed + 1)
     demos, wm_store = work / "demos.zarr", work / "wm_train.zarr"
+    scene = task_overrides(args)
     t0 = time.perf_counter()
-    data = {"demos": record_episodes(demos, task, range(base, base + args.demos), solved_only=True)}
+    data = {
+        "demos": record_episodes(
+            demos, task, range(base, base + args.demos), overrides=scene, solved_only=True
+        )
+    }
     shutil.copytree(demos, wm_store)
+    failure_seeds = range(base + 50_000, base + 50_000 + args.failures)
     data["failures"] = record_episodes(
-        wm_store, task, range(base + 50_000, base + 50_000 + args.failures), max_offset=MAX_OFFSET
+        wm_store, task, failure_seeds, overrides=scene, max_offset=MAX_OFFSET
     )
     record_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     wm_tokens = ["algo=world_model", "algo.horizon=1", f"algo.steps={args.wm_steps}"]
     wm_run = train_run(
         task,
-        [*TASK_OVERRIDES, *wm_tokens, *WM_OVERRIDES, f"data.store={wm_store}", *args.wm_set],
+        [*scene, *wm_tokens, *WM_OVERRIDES, f"data.store={wm_store}", *args.wm_set],
         work / "wm",
         seed,
     )
@@ -83,7 +96,7 @@ def setup_seed(task: str, seed: int, args: argparse.Namespace, work: Path) -> di
     ]
     vla_run = train_run(
         task,
-        [*TASK_OVERRIDES, *vla_tokens, *VLA_OVERRIDES, f"data.store={demos}"],
+        [*scene, *vla_tokens, *VLA_OVERRIDES, f"data.store={demos}"],
         work / "vla",
         seed,
     )
@@ -114,6 +127,8 @@ def run_arm(
         wm_steps=args.wm_finetune_steps,
         wm_share=args.wm_share,
         max_drift=args.max_drift,
+        synthetic_keep=args.synthetic_keep,
+        filter=args.filter,
         out=out,
         eval_episodes=args.eval_episodes,
         seed=seed,
@@ -188,7 +203,8 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
     st = doc["settings"]
     ax.set_xlabel(f"round ({st['episodes']} real rollouts each)")
     ax.set_ylabel(f"success ({st['eval_episodes']} evaluation episodes)")
-    ax.set_title(f"{st['task']}: {len(doc['seeds'])} seeds (thin), mean (thick)")
+    inputs = "images + state" if st["state_policy"] else "images"
+    ax.set_title(f"{st['task']} ({inputs}): {len(doc['seeds'])} seeds (thin), mean (thick)")
     ax.set_xticks(range(st["rounds"] + 1))
     ax.set_ylim(0, 1)
     ax.legend()
@@ -216,13 +232,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-steps", type=int, default=150, help="steps of a model rollout")
     parser.add_argument("--max-drift", type=float, default=1e9, help="the filter's drift bound")
-    parser.add_argument("--wm-share", type=float, default=0.25)
+    parser.add_argument("--wm-share", type=float, default=0.25, help="cap on the synthetic share")
+    parser.add_argument(
+        "--filter",
+        choices=("reencode", "state", "none"),
+        default="reencode",
+        help="the generator's filter (state: with --state-policy)",
+    )
+    parser.add_argument(
+        "--synthetic-keep",
+        choices=("success", "all"),
+        default="success",
+        help="synthetic episodes trained on: those the model calls successes, or all",
+    )
     parser.add_argument("--wm-finetune-steps", type=int, default=500)
     parser.add_argument("--policy-steps", type=int, default=500, help="awr_flow steps per round")
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--wm-set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument(
+        "--out", default="", help=f"default {DEFAULT_OUT} (_state with --state-policy)"
+    )
     parser.add_argument("--work", default="", help="keep the runs here (default: a temp dir)")
+    parser.add_argument(
+        "--state-policy",
+        action="store_true",
+        help="world model and VLA also read the privileged state (task.state_policy=true)",
+    )
     parser.add_argument("--png", action="store_true", help="also write the curves")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("overrides", nargs="*", help="awr_flow overrides, e.g. algo.beta=0.5")
@@ -233,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         args.wm_finetune_steps, args.policy_steps, args.eval_episodes = 3, 3, 2
         args.wm_set = [*args.wm_set, "algo.val_every=3"]
         args.overrides = [*args.overrides, "algo.val_every=3", "task.episode_length_s=1.5"]
+    if not args.out:
+        args.out = DEFAULT_OUT.replace(".json", "_state.json") if args.state_policy else DEFAULT_OUT
     seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     torch.set_num_threads(1)
     machine, started = machine_info(), time.perf_counter()
@@ -268,16 +305,19 @@ def main(argv: list[str] | None = None) -> int:
                 "max_steps",
                 "max_drift",
                 "wm_share",
+                "synthetic_keep",
+                "filter",
                 "wm_finetune_steps",
                 "policy_steps",
                 "eval_episodes",
+                "state_policy",
                 "wm_set",
                 "overrides",
             )
         }
         | {
             "seeds": seeds,
-            "task_overrides": TASK_OVERRIDES,
+            "task_overrides": task_overrides(args),
             "vla_overrides": VLA_OVERRIDES,
             "wm_overrides": WM_OVERRIDES,
         },

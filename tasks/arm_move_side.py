@@ -98,6 +98,14 @@ class ArmMoveSide(TabletopTask):
         on_table = cube[:, 2] < 0.04
         return self._in_side(cube[:, :2], self.side) & on_table & self.settled(0)
 
+    def success_from_state(self, state: np.ndarray) -> np.ndarray:
+        """`success` from critic vectors: the named cube on the table, on the named side,
+        slower than 5 cm/s. (Whether the hand still touches it is not in the state.)"""
+        parts = self.critic_parts(state)
+        cube, side = parts["cube_pos"][:, 0], parts["task_state"][:, : len(SIDES)].argmax(1)
+        still = np.linalg.norm(parts["cube_vel"][:, 0], axis=1) < 0.05
+        return self._in_side(cube[:, :2], side).astype(bool) & (cube[:, 2] < 0.04) & still
+
     def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
         cube = self.cube_pos[:, 0]
         goal = cube.copy()

@@ -318,6 +318,12 @@ class Task(abc.ABC):
         whose observe() renders images declare them instead."""
         return {name: ObsSpec.of(values) for name, values in self.observe().items()}
 
+    def success_from_state(self, state: np.ndarray) -> np.ndarray | None:
+        """(B,) bool: the task's success judged from `critic` observation vectors (B, D)
+        alone, without the simulator (e.g. a world model's predicted state: its generator
+        checks its own success head against this rule). None: the task has no such rule."""
+        return None
+
     def observe_after_reset(
         self, ids: np.ndarray, obs: dict[str, np.ndarray]
     ) -> dict[str, np.ndarray]:

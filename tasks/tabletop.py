@@ -510,6 +510,33 @@ class TabletopTask(Task):
         parts.extend(self.task_state())
         return np.concatenate(parts, axis=1, dtype=np.float32)
 
+    def critic_parts(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        """Split `critic` observation vectors (B, D) into what `privileged` concatenates:
+        `proprio` (B, P), `cube_pos` (B, C, 3), `cube_quat` (B, C, 4), `cube_vel` (B, C, 3),
+        `mocap_pos` (B, M, 3) and `task_state` (B, rest)."""
+        state = np.asarray(state)
+        proprio = self.proprio().shape[1]
+        cubes = self.num_cubes
+        mocap = 0 if self._mocap_pos is None else self._mocap_pos.shape[1]
+        fixed = proprio + cubes * 10 + mocap * 3
+        task = sum(part.shape[1] for part in self.task_state())
+        if state.ndim != 2 or state.shape[1] != fixed + task:
+            raise ValueError(
+                f"task {self.cfg.name!r}: critic state of shape {state.shape}; expected "
+                f"(B, {fixed + task}): {proprio} proprioception (task.proprio), {cubes} cubes "
+                f"x (3 position + 4 orientation + 3 velocity), {mocap} mocap positions, "
+                f"{task} task features"
+            )
+        b, at = len(state), np.cumsum([0, proprio, cubes * 3, cubes * 4, cubes * 3, mocap * 3])
+        return {
+            "proprio": state[:, : at[1]],
+            "cube_pos": state[:, at[1] : at[2]].reshape(b, cubes, 3),
+            "cube_quat": state[:, at[2] : at[3]].reshape(b, cubes, 4),
+            "cube_vel": state[:, at[3] : at[4]].reshape(b, cubes, 3),
+            "mocap_pos": state[:, at[4] : at[5]].reshape(b, mocap, 3),
+            "task_state": state[:, at[5] :],
+        }
+
     def observe(self) -> dict[str, np.ndarray]:
         obs = self._vector_obs()
         obs[INSTRUCTION] = self.instructions.ids[self.instruction_index]

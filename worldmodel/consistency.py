@@ -8,6 +8,10 @@ the paths out; `unilab bench wm_filter` scores these verdicts against the simula
   data with other seeds (each from the start frames through its own encoder); keep where
   every member's verdict (`member_verdict`) is the main path's outcome.
 - `both`: either check removes; `none`: keep everything.
+- `state`: the task's own success rule (`Task.success_from_state`) applied to the model's
+  predicted state where the episode ended; keep where it agrees with the success head. It
+  needs a model whose proprioception is the task's critic state (`task.state_policy=true`),
+  so the objects' positions are predicted with the arm's.
 
 Outcomes: 0 truncated at max_steps, 1 ended in failure, 2 ended in success.
 """
@@ -20,13 +24,14 @@ import numpy as np
 
 from unilab.worldmodel.fidelity import LoadedWorldModel, WorldModelRunError
 
-FILTERS = ("reencode", "ensemble", "both", "none")
+FILTERS = ("reencode", "ensemble", "both", "state", "none")
 """Filter modes of `generate` / `rollout_in_model` (`--filter`)."""
 
 REASONS = {
     "reencode": ("outcome", "drift"),
     "ensemble": ("ensemble",),
     "both": ("outcome", "drift", "ensemble"),
+    "state": ("state",),
     "none": (),
 }
 """Why an episode can be dropped under each filter mode (`GenerateReport.dropped` keys)."""
@@ -90,10 +95,13 @@ def verdict(
     drift: np.ndarray,
     max_drift: float,
     outcome_members: np.ndarray,
+    state_success: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """The filter of `mode` (FILTERS) -> keep mask, reason per episode: '' kept, else the
-    first failed check in the order 'outcome', 'drift' (re-encoded path), 'ensemble'."""
-    check_filter(mode, len(outcome_members))
+    first failed check in the order 'outcome', 'drift' (re-encoded path), 'ensemble';
+    'state' where the task's rule on the predicted end state (`state_success`, (B,) bool)
+    contradicts the success head."""
+    check_filter(mode, len(outcome_members), state_success is not None)
     b = len(outcome)
     reason = [""] * b
     if mode in ("reencode", "both"):
@@ -101,12 +109,28 @@ def verdict(
     if mode in ("ensemble", "both"):
         off = ensemble_disagrees(outcome, outcome_members)
         reason = [r or ("ensemble" if o else "") for r, o in zip(reason, off.tolist(), strict=True)]
+    if mode == "state":
+        assert state_success is not None
+        off = state_disagrees(outcome, state_success)
+        reason = ["state" if o else "" for o in off.tolist()]
     return np.array([r == "" for r in reason], bool), reason
 
 
-def check_filter(mode: str, members: int) -> None:
+def state_disagrees(outcome: np.ndarray, state_success: np.ndarray) -> np.ndarray:
+    """(B,) bool: the success head (outcome 2) and the task's rule on the predicted end
+    state (`state_success`) differ. A truncated or failed episode whose end state the rule
+    calls a success disagrees too."""
+    return np.asarray((np.asarray(outcome) == 2) != np.asarray(state_success, bool))
+
+
+def check_filter(mode: str, members: int, state_rule: bool = False) -> None:
     if mode not in FILTERS:
         raise ValueError(f"filter={mode!r}: use one of {', '.join(FILTERS)}")
+    if mode == "state" and not state_rule:
+        raise ValueError(
+            "filter='state' needs the task's success rule on states (state_rule=, "
+            "unilab.worldmodel.state_rule.task_state_rule)"
+        )
     if mode in ("ensemble", "both") and members < 1:
         raise ValueError(
             f"filter={mode!r} needs at least one ensemble member (a world model trained on "

@@ -17,13 +17,15 @@ model's own heads, filtered for consistency, written as `origin=wm` episodes.
   predict the same outcome and their latents stay within `max_drift` (mean squared
   difference over the mean squared latent); `ensemble` steps the same actions open loop in
   other world models trained on the same data with other seeds (`ensemble=`) and keeps an
-  episode when every member's verdict is the main path's outcome; `both`; `none`.
+  episode when every member's verdict is the main path's outcome; `both`; `state` checks
+  the success head against the task's own rule on the predicted end state (`state_rule=`,
+  for models of the critic state); `none`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,9 @@ class ModelRollouts:
     success_members: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     """(M, B) each member's P(success) at its verdict step."""
     filter: str = "reencode"
+    state_success: np.ndarray | None = None
+    """(B,) bool: the task's success rule on the predicted state where each episode ended
+    (or at max_steps); None without a rule."""
 
     @property
     def predicted_success(self) -> np.ndarray:
@@ -161,16 +166,18 @@ def rollout_in_model(
     max_drift: float = 0.5,
     ensemble: Sequence[LoadedWorldModel] = (),
     filter: str = "reencode",
+    state_rule: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[ModelRollouts, Any]:
     """Roll the policy of `policy_run` out inside the model from seeded start frames of
     `start_store` (see the module doc); nothing is written. The re-encoded path is rolled
     for the filters `reencode` and `both`; the `ensemble` members step the main path's
-    actions whatever the filter (no decoding: a model step each). -> rollouts, the loaded
-    policy run."""
+    actions whatever the filter (no decoding: a model step each); `state_rule` (the task's
+    `success_from_state`) judges the predicted state each episode ended in. -> rollouts,
+    the loaded policy run."""
     if episodes < 1 or max_steps < 1:
         raise ValueError(f"episodes and max_steps must be >= 1, got {episodes}, {max_steps}")
     members = list(ensemble)
-    check_filter(filter, len(members))
+    check_filter(filter, len(members), state_rule is not None)
     check_members(loaded, members)
     reencode = filter in ("reencode", "both")
     rp = load_run_policy(Path(policy_run))
@@ -226,6 +233,7 @@ def rollout_in_model(
     outcome_a = np.zeros(b, np.int64)  # 0 running/truncated, 1 ended in failure, 2 success
     outcome_b = np.zeros(b, np.int64)
     drift_num, drift_den = np.zeros(b), np.zeros(b)
+    end_state = np.zeros((b, m.proprio_dim), np.float32)
     chunk = torch.zeros(b, policy.horizon, m.action_dim)
     for t in range(max_steps):
         decoded = m.decode(z)
@@ -254,6 +262,8 @@ def rollout_in_model(
             heads[k].append((torch.sigmoid(done_k).numpy(), torch.sigmoid(success_k).numpy()))
         rows["reward"].append(reward.numpy().astype(np.float32))
         live = alive.copy()
+        if state_rule is not None and m.proprio_dim:
+            end_state[live] = m.proprio_norm.inverse(p).numpy()[live]
         ended = (torch.sigmoid(done) > 0.5).numpy() & live
         win = (torch.sigmoid(success) > 0.5).numpy()
         outcome_a[ended] = np.where(win[ended], 2, 1)
@@ -283,7 +293,8 @@ def rollout_in_model(
     ]
     outcome_m = np.array([o for o, _ in verdicts], np.int64).reshape(len(members), b)
     success_m = np.array([w for _, w in verdicts], np.float64).reshape(len(members), b)
-    keep, reason = verdict(filter, outcome_a, outcome_b, drift, max_drift, outcome_m)
+    state_success = None if state_rule is None else np.asarray(state_rule(end_state), bool)
+    keep, reason = verdict(filter, outcome_a, outcome_b, drift, max_drift, outcome_m, state_success)
     rollouts = ModelRollouts(
         rows=stacked,
         fields=fields,
@@ -300,6 +311,7 @@ def rollout_in_model(
         outcome_members=outcome_m,
         success_members=success_m,
         filter=filter,
+        state_success=state_success,
     )
     return rollouts, rp
 
@@ -317,9 +329,11 @@ def generate(
     wm_run: str = "",
     ensemble: Sequence[LoadedWorldModel] = (),
     filter: str = "reencode",
+    state_rule: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> GenerateReport:
     """Roll out (`rollout_in_model`), filter (`filter`, with the `ensemble` members for
-    `ensemble`/`both`) and write the kept episodes to `out_store` (replaced)."""
+    `ensemble`/`both`, the task's `state_rule` for `state`) and write the kept episodes to
+    `out_store` (replaced)."""
     started = time.perf_counter()
     ro, rp = rollout_in_model(
         loaded,
@@ -331,6 +345,7 @@ def generate(
         max_drift=max_drift,
         ensemble=ensemble,
         filter=filter,
+        state_rule=state_rule,
     )
     stacked, fields, length, outcome_a = ro.rows, ro.fields, ro.length, ro.outcome
     drift, picks, metas = ro.drift, ro.picks, ro.metas
@@ -374,6 +389,8 @@ def generate(
             )
             if np.isfinite(drift[e]):
                 meta.tags["consistency_drift"] = float(drift[e])
+            if ro.state_success is not None:
+                meta.tags["state_success"] = bool(ro.state_success[e])
             if members:
                 meta.tags["ensemble"] = {
                     "checkpoints": members,

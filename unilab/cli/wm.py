@@ -115,11 +115,13 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--filter",
-        choices=["reencode", "ensemble", "both", "none"],
+        choices=["reencode", "ensemble", "both", "state", "none"],
         default="reencode",
         help="reencode (default): the re-encoded second path's outcome and --max-drift; "
-        "ensemble: the --ensemble members' verdicts; both; none. Neither filter is better "
-        "than chance in `unilab bench wm_filter` (docs/worldmodel.md)",
+        "ensemble: the --ensemble members' verdicts; both; state: the task's success rule on "
+        "the predicted end state against the success head (a model of the critic state: "
+        "task.state_policy=true); none. Only `state` beats chance in `unilab bench wm_filter` "
+        "(docs/worldmodel.md)",
     )
     p.add_argument("items", nargs="*", metavar="store=PATH", help="where to write the episodes")
 
@@ -127,6 +129,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
     from unilab.worldmodel.generate import generate
+    from unilab.worldmodel.state_rule import task_state_rule
 
     # `--ensemble A B store=OUT`: the option's list swallows the positional store=PATH
     items = [*args.items, *(w for w in args.ensemble if w.startswith("store="))]
@@ -148,6 +151,7 @@ def _generate(args: argparse.Namespace) -> int:
         except WorldModelRunError as exc:
             raise ConfigError(f"--ensemble {run}: {exc}") from None
     try:
+        rule = task_state_rule(Path(args.run)) if mode == "state" else None
         report = generate(
             load_world_model(Path(args.run)),
             Path(args.policy),
@@ -160,6 +164,7 @@ def _generate(args: argparse.Namespace) -> int:
             wm_run=str(args.run),
             ensemble=ensemble,
             filter=mode,
+            state_rule=rule,
         )
     except WorldModelRunError as exc:
         raise ConfigError(str(exc)) from None
@@ -170,11 +175,32 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _loop_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--world-model", required=True, help="world-model run to start from (algo.horizon=1)"
+        "--world-model",
+        default=None,
+        help="world-model run to start from (algo.horizon=1); not needed with --synthetic 0",
     )
     p.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
     p.add_argument("--episodes", type=int, default=20, help="real rollouts per round")
-    p.add_argument("--synthetic", type=int, default=32, help="model rollouts per round")
+    p.add_argument(
+        "--synthetic",
+        type=int,
+        default=32,
+        help="model rollouts per round; 0: the real-only control (no world model)",
+    )
+    p.add_argument(
+        "--synthetic-keep",
+        choices=["success", "all"],
+        default="success",
+        help="synthetic episodes the policy trains on: those the model calls successes "
+        "(default) or all of them",
+    )
+    p.add_argument(
+        "--filter",
+        choices=["reencode", "state", "none"],
+        default="reencode",
+        help="the generator's filter (see unilab wm generate --help); state needs a model of "
+        "the critic state",
+    )
     p.add_argument("--max-steps", type=int, default=200, help="steps of a model rollout")
     p.add_argument("--max-drift", type=float, default=0.5, help="consistency filter bound")
     p.add_argument("--wm-steps", type=int, default=500, help="world-model fine-tuning steps")
@@ -182,7 +208,8 @@ def _loop_arguments(p: argparse.ArgumentParser) -> None:
         "--wm-share",
         type=float,
         default=0.25,
-        help="share of every policy batch drawn from synthetic episodes (default 0.25)",
+        help="cap on the share of every policy batch drawn from synthetic episodes: their "
+        "share of the frames, at most this (default 0.25)",
     )
     p.add_argument(
         "--wm-set",
@@ -205,12 +232,16 @@ def _loop(args: argparse.Namespace) -> int:
     target, overrides = split_items(args.items, "wm loop", "policy run directory")
     if target is None:
         raise ConfigError("unilab wm loop needs a policy run: a bc_flow or awr_flow run")
+    if args.synthetic < 0:
+        raise ConfigError(f"--synthetic={args.synthetic} must be at least 0")
     wm_loop(
         Path(target),
-        Path(args.world_model),
+        None if args.world_model is None else Path(args.world_model),
         rounds=positive(args.rounds, "--rounds"),
         episodes=positive(args.episodes, "--episodes"),
-        synthetic=positive(args.synthetic, "--synthetic"),
+        synthetic=args.synthetic,
+        synthetic_keep=args.synthetic_keep,
+        filter=args.filter,
         max_steps=positive(args.max_steps, "--max-steps"),
         wm_steps=positive(args.wm_steps, "--wm-steps"),
         wm_share=args.wm_share,

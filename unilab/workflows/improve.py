@@ -42,6 +42,7 @@ from unilab.algos.awr_flow import INIT_ALGOS
 from unilab.algos.frame_advantages import SOURCES, frame_sources
 from unilab.config.compose import compose
 from unilab.config.errors import ConfigError
+from unilab.data.episode import EpisodeMeta
 from unilab.utils.atomic import atomic_write_text
 
 SCHEMA = "unilab.improve/1"
@@ -143,10 +144,13 @@ def _neutral(dtype: np.dtype[Any]) -> Any:
     return -1 if dtype.kind == "i" else 0
 
 
-def append_episodes(source: Path, target: Path) -> int:
-    """Append every episode of store `source` to store `target` (metadata kept): fields
-    `target` lacks are left out; `target`'s fields that `source` lacks get a neutral value
-    (`_neutral`); a field both have with different shapes is an error. -> episodes added."""
+def append_episodes(
+    source: Path, target: Path, select: Callable[[EpisodeMeta], bool] | None = None
+) -> int:
+    """Append the episodes of store `source` (those whose metadata `select` accepts; all
+    without it) to store `target`, metadata kept: fields `target` lacks are left out;
+    `target`'s fields that `source` lacks get a neutral value (`_neutral`); a field both
+    have with different shapes is an error. -> episodes added."""
     from unilab.data.schema import CORE_FIELDS
     from unilab.data.store import EpisodeStore
 
@@ -162,6 +166,8 @@ def append_episodes(source: Path, target: Path) -> int:
         fill = [n for n in want if n not in have and n not in CORE_FIELDS]
         episodes = []
         for i in range(len(src)):
+            if select is not None and not select(src.meta(i)):
+                continue
             frames = src.episode(i, [n for n in want if n in have])
             length = len(frames["reward"])
             for name in fill:

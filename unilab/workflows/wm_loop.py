@@ -14,10 +14,15 @@ Each round is one folder, made in five steps:
    from start frames of the real store (`unilab.worldmodel.generate`, consistency filter
    included) into `round_<k>/synthetic.zarr` (origin `wm`);
 4. **train** `algo=awr_flow` from the current policy on `round_<k>/train.zarr` (the real
-   store plus this round's synthetic episodes) with `algo.iteration = k - 1`, and the
-   synthetic share of every batch pinned at `--wm-share`: the real sources (expert demos,
-   sim rollouts) get the shares awr_flow's schedule gives them at that iteration, scaled
-   to 1 - wm_share (`capped_shares`; `algo.share_decay=1` so the learner keeps them);
+   store plus this round's synthetic episodes that the model calls successes: filtered
+   imitation of the model's successes, as VLAW trains on the rollouts its reward model
+   accepts; `synthetic_keep="all"` adds the failures too) with `algo.iteration = k - 1`.
+   The synthetic share of every batch is their share of the frames, capped at
+   `--wm-share` (a synthetic frame never weighs more than a real one, and a handful of
+   synthetic episodes is not replayed in a quarter of every batch), and pinned: the real
+   sources (expert demos, sim rollouts) get the shares awr_flow's schedule gives them at
+   that iteration, scaled to the rest (`capped_shares`; `algo.share_decay=1` so the
+   learner keeps them);
 5. **evaluate** the new run in the simulator (the same seed every round) and write
    `round_<k>/round.json`; the whole loop in `wm_loop.json` (round 0: the start's eval).
 
@@ -159,6 +164,8 @@ def wm_loop(
     wm_steps: int = 500,
     wm_share: float = 0.25,
     max_drift: float = 0.5,
+    synthetic_keep: str = "success",
+    filter: str = "reencode",
     out: str | Path | None = None,
     eval_episodes: int | None = None,
     eval_seed: int = 12345,
@@ -174,6 +181,7 @@ def wm_loop(
     from unilab.workflows.train import train
     from unilab.worldmodel.fidelity import WorldModelRunError, load_world_model
     from unilab.worldmodel.generate import generate
+    from unilab.worldmodel.state_rule import task_state_rule
 
     for flag, value in (
         ("--rounds", rounds),
@@ -185,8 +193,15 @@ def wm_loop(
             raise ConfigError(f"{flag}={value} must be at least 1")
     if synthetic < 0:
         raise ConfigError(f"--synthetic={synthetic} must be at least 0 (0: real rollouts only)")
+    if synthetic_keep not in ("success", "all"):
+        raise ConfigError(f"synthetic_keep={synthetic_keep!r}: use 'success' or 'all'")
     if synthetic and world_model is None:
         raise ConfigError("--synthetic > 0 needs a world model (--world-model RUN)")
+    if filter not in ("reencode", "state", "none"):
+        raise ConfigError(
+            f"--filter {filter}: the loop fine-tunes one world model, so it filters with "
+            "reencode, state or none (an ensemble is for unilab wm generate)"
+        )
     eval_episodes = episodes if eval_episodes is None else eval_episodes
     if eval_episodes < 1:
         raise ConfigError(f"--eval-episodes={eval_episodes} must be at least 1")
@@ -201,9 +216,11 @@ def wm_loop(
             f"{start}: its data.store ({demos!r}) is not an episode store here; the loop "
             "starts its real store from the demos the policy trained on"
         )
+    rule = None
     if wm_start is not None:
         try:
             model = load_world_model(wm_start).model
+            rule = task_state_rule(wm_start) if filter == "state" else None
         except WorldModelRunError as exc:
             raise ConfigError(str(exc)) from None
         if model.horizon != 1:
@@ -230,7 +247,9 @@ def wm_loop(
         "synthetic_per_round": synthetic,
         "real_store": str(real),
         "demos": str(demos),
-        "wm_share": wm_share,
+        "wm_share_cap": wm_share,
+        "synthetic_keep": synthetic_keep,
+        "filter": filter,
         "baseline": {"run": str(start), "eval": baseline},
         "rounds": [],
     }
@@ -266,10 +285,13 @@ def wm_loop(
                     seed=round_seed,
                     max_drift=max_drift,
                     wm_run=str(wm_run),
+                    filter=filter,
+                    state_rule=rule,
                 )
             except WorldModelRunError as exc:
                 raise ConfigError(str(exc)) from None
-            added = append_episodes(synthetic_store, train_store)
+            wanted = (lambda meta: bool(meta.success)) if synthetic_keep == "success" else None
+            added = append_episodes(synthetic_store, train_store, wanted)
             world = {
                 "init": str(wm),
                 "run": str(wm_run),
@@ -280,17 +302,13 @@ def wm_loop(
                 **generated.to_dict(),
                 "store": str(synthetic_store),
                 "appended_episodes": added,
+                "keep": synthetic_keep,
             }
             wm = wm_run
         frames = store_frames(train_store)
+        share = min(wm_share, frames["by_source"].get("wm", 0) / max(frames["total"], 1))
         cfg, shares = policy_config(
-            policy,
-            train_store,
-            k - 1,
-            folder / "runs",
-            list(frames["by_source"]),
-            wm_share,
-            overrides,
+            policy, train_store, k - 1, folder / "runs", list(frames["by_source"]), share, overrides
         )
         log(
             f"round {k}/{rounds}: training awr_flow on {frames['total']} frames "
