@@ -185,6 +185,27 @@ def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def table(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """BENCHMARKS.md rows: mean success per round of each arm, and the per-seed gain."""
+    rows: list[dict[str, Any]] = []
+    for arm in ARMS:
+        means, stds = summary[arm]["mean"], summary[arm]["std"]
+        row: dict[str, Any] = {"arm": arm}
+        row |= {
+            f"round {k}": f"{m:.3f} ± {sd:.3f}"
+            for k, (m, sd) in enumerate(zip(means, stds, strict=True))
+        }
+        rows.append(row)
+    gain = summary["last_round_gain"]
+    rows.append(
+        {
+            "arm": "wm - real, last round",
+            "gain": f"{gain['mean']:+.3f} (per seed {gain['per_seed']})",
+        }
+    )
+    return rows
+
+
 def plot(doc: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
@@ -323,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "seeds": {str(k): v for k, v in per_seed.items()},
         "summary": summary,
+        "rows": table(summary),
         "ratios": {"wm_minus_real_last_round": summary["last_round_gain"]["mean"]},
         "bench_wall_s": round(time.perf_counter() - started, 1),
     }
