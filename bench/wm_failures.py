@@ -7,7 +7,7 @@ failures that a demo-only model misses?
 Two one-step world models (`algo.horizon=1`, 32 px, one camera, the same seed and steps)
 train on the same solved expert demos; one of them also on `--failures` episodes of the
 expert with a constant per-episode offset on its motion axes (mostly failures;
-`unilab.bench.wm_filter.record_episodes`). On held-out episodes of the same mixture (other
+`unilab.bench.wm_episodes.record_episodes`). On held-out episodes of the same mixture (other
 seeds; the simulator says which failed) plus `--eval / 2` solved expert episodes, each model rolls open loop from the first frame
 with the recorded actions, as the generator does: the episode's predicted outcome is the
 success head at the first step where the done head says the episode ends (no end: not a
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from unilab.bench.common import machine_info, write_json
-from unilab.bench.wm_filter import (
+from unilab.bench.wm_episodes import (
     MAX_OFFSET,
     TASK_OVERRIDES,
     WM_OVERRIDES,

@@ -8,7 +8,7 @@ Per seed (every piece of data and every model changes with it):
 
 1. `--demos` solved expert episodes (the VLA's demos store) and, for the world model only,
    the same demos plus `--failures` episodes of the expert with a constant offset on its
-   motion axes (mostly failures; `unilab.bench.wm_filter.record_episodes`): a model that
+   motion axes (mostly failures; `unilab.bench.wm_episodes.record_episodes`): a model that
    has seen only successes calls every episode a success (`unilab bench wm_failures`).
 2. A one-step world model (`algo.horizon=1`) and a small bc_flow VLA (both 32 px, front
    camera: the sizes of `unilab bench wm_filter`). With `--state-policy` both also read
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from unilab.bench.common import machine_info, write_json
-from unilab.bench.wm_filter import (
+from unilab.bench.wm_episodes import (
     MAX_OFFSET,
     TASK_OVERRIDES,
     VLA_OVERRIDES,
