@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         "--synthetic", type=int, default=64, help="model rollouts per round (wm arm)"
     )
     parser.add_argument("--max-steps", type=int, default=150, help="steps of a model rollout")
-    parser.add_argument("--max-drift", type=float, default=1e9, help="the filter's drift bound")
+    parser.add_argument("--max-drift", type=float, default=None, help="drift bound (default off)")
     parser.add_argument("--wm-share", type=float, default=0.25, help="cap on the synthetic share")
     parser.add_argument(
         "--filter",

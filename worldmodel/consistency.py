@@ -3,7 +3,8 @@ the paths out; `unilab bench wm_filter` scores these verdicts against the simula
 
 - `reencode`: the same actions rolled a second time from latents re-encoded from the decoded
   frames at every step; keep where both paths predict the same outcome and their latents
-  stay within `max_drift` (`consistency`).
+  stay within `max_drift` (`consistency`; None, the default, checks the outcome only: a
+  drift bound removed every rollout in all four `unilab bench wm_filter` runs).
 - `ensemble`: the same actions stepped open loop by other world models trained on the same
   data with other seeds (each from the start frames through its own encoder); keep where
   every member's verdict (`member_verdict`) is the main path's outcome.
@@ -38,12 +39,12 @@ REASONS = {
 
 
 def consistency(
-    outcome: np.ndarray, outcome_b: np.ndarray, drift: np.ndarray, max_drift: float
+    outcome: np.ndarray, outcome_b: np.ndarray, drift: np.ndarray, max_drift: float | None
 ) -> tuple[np.ndarray, list[str]]:
     """The re-encode filter: keep where both paths predict the same outcome and the drift is
     within `max_drift`. -> keep mask, reason per episode ('' kept, 'outcome', 'drift')."""
     reason = [
-        "outcome" if a != b else ("drift" if d > max_drift else "")
+        "outcome" if a != b else ("drift" if max_drift is not None and d > max_drift else "")
         for a, b, d in zip(outcome.tolist(), outcome_b.tolist(), drift.tolist(), strict=True)
     ]
     return np.array([r == "" for r in reason], bool), reason
@@ -93,7 +94,7 @@ def verdict(
     outcome: np.ndarray,
     outcome_reencoded: np.ndarray,
     drift: np.ndarray,
-    max_drift: float,
+    max_drift: float | None,
     outcome_members: np.ndarray,
     state_success: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[str]]:

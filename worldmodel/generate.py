@@ -14,7 +14,7 @@ model's own heads, filtered for consistency, written as `origin=wm` episodes.
 - Filters (`filter=`, `unilab.worldmodel.consistency`): `reencode` (the default) rolls the
   same actions from latents re-encoded from the decoded frames at every step (what the model
   would do if it had to live on its own pictures) and keeps an episode when both paths
-  predict the same outcome and their latents stay within `max_drift` (mean squared
+  predict the same outcome and, with `max_drift` set, their latents stay within it (mean squared
   difference over the mean squared latent); `ensemble` steps the same actions open loop in
   other world models trained on the same data with other seeds (`ensemble=`) and keeps an
   episode when every member's verdict is the main path's outcome; `both`; `state` checks
@@ -163,7 +163,7 @@ def rollout_in_model(
     episodes: int,
     max_steps: int,
     seed: int = 0,
-    max_drift: float = 0.5,
+    max_drift: float | None = None,
     ensemble: Sequence[LoadedWorldModel] = (),
     filter: str = "reencode",
     state_rule: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -325,7 +325,7 @@ def generate(
     episodes: int,
     max_steps: int,
     seed: int = 0,
-    max_drift: float = 0.5,
+    max_drift: float | None = None,
     wm_run: str = "",
     ensemble: Sequence[LoadedWorldModel] = (),
     filter: str = "reencode",

@@ -115,7 +115,7 @@ def test_the_verdict_rule_on_hand_made_heads() -> None:
     assert verdict("none", main_outcome, reencoded, drift, 0.5, members)[0].all()
     with pytest.raises(ValueError, match="needs at least one ensemble member"):
         check_filter("ensemble", 0)
-    with pytest.raises(ValueError, match="use one of reencode, ensemble, both, none"):
+    with pytest.raises(ValueError, match="use one of reencode, ensemble, both, state, none"):
         check_filter("vote", 2)
 
 

@@ -102,7 +102,11 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--max-drift", type=float, default=0.5, help="consistency filter: latent drift bound"
+        "--max-drift",
+        type=float,
+        default=None,
+        help="reencode filter: also drop episodes whose latents drift apart by more than this "
+        "(relative; off by default: a bound removed every rollout in unilab bench wm_filter)",
     )
     p.add_argument(
         "--ensemble",
@@ -117,11 +121,12 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         "--filter",
         choices=["reencode", "ensemble", "both", "state", "none"],
         default="reencode",
-        help="reencode (default): the re-encoded second path's outcome and --max-drift; "
+        help="reencode (default): the re-encoded second path's outcome (and --max-drift); "
         "ensemble: the --ensemble members' verdicts; both; state: the task's success rule on "
         "the predicted end state against the success head (a model of the critic state: "
-        "task.state_policy=true); none. Only `state` beats chance in `unilab bench wm_filter` "
-        "(docs/worldmodel.md)",
+        "task.state_policy=true); none. On models of the critic state reencode and state "
+        "find the wrong outcomes; on image-only models no filter beats chance "
+        "(unilab bench wm_filter, docs/worldmodel.md)",
     )
     p.add_argument("items", nargs="*", metavar="store=PATH", help="where to write the episodes")
 
@@ -202,7 +207,9 @@ def _loop_arguments(p: argparse.ArgumentParser) -> None:
         "the critic state",
     )
     p.add_argument("--max-steps", type=int, default=200, help="steps of a model rollout")
-    p.add_argument("--max-drift", type=float, default=0.5, help="consistency filter bound")
+    p.add_argument(
+        "--max-drift", type=float, default=None, help="reencode filter drift bound (default off)"
+    )
     p.add_argument("--wm-steps", type=int, default=500, help="world-model fine-tuning steps")
     p.add_argument(
         "--wm-share",

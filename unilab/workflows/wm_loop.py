@@ -163,7 +163,7 @@ def wm_loop(
     max_steps: int = 200,
     wm_steps: int = 500,
     wm_share: float = 0.25,
-    max_drift: float = 0.5,
+    max_drift: float | None = None,
     synthetic_keep: str = "success",
     filter: str = "reencode",
     out: str | Path | None = None,
