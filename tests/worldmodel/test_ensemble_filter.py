@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,38 +28,22 @@ from unilab.worldmodel.generate import generate, rollout_in_model
 from unilab.worldmodel.model import WorldModel
 
 TASK = ["task=arm_move_side", "task.cameras=[front]", "task.image_size=32"]
-COMMON = ["runtime.learner_threads=1", "run.quiet=true", "logging.tensorboard=false"]
-COMMON += ["eval.every=0", "viz.rerun=false", "run.export=false", "run.play_episodes=0"]
-SMALL_WM = ["algo.batch_size=16", "algo.channels=[8,16]", "algo.latent_dim=16"]
-SMALL_WM += ["algo.dynamics_width=32", "algo.dynamics_layers=1", "algo.horizon=1"]
-SMALL_WM += ["algo.warmup_steps=2", "algo.val_every=20", "algo.steps=20"]
-TINY_VLA = ["algo=bc_flow", "algo.steps=4", "algo.val_every=4", "algo.batch_size=8"]
-TINY_VLA += ["algo.warmup_steps=2", "algo.model.width=32", "algo.model.heads=2"]
-TINY_VLA += ["algo.model.image_channels=[8,16]", "algo.model.image_tokens_side=2"]
-TINY_VLA += ["algo.model.horizon=4", "algo.model.n_act=2", "algo.model.num_steps=2"]
-TINY_VLA += ["algo.model.prefix_layers=1", "algo.model.expert_layers=1"]
 B, T = 8, 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, tiny: SimpleNamespace
+) -> tuple[Path, Path, Path, Path]:
     """demos store, world models of seeds 0 and 1 on it, a bc_flow VLA on it."""
     root = tmp_path_factory.mktemp("wm_ensemble")
     demos = root / "demos.zarr"
     write_expert_store(demos, "arm_move_side", 4, overrides=TASK[1:], seed=0)
-    base = [*TASK, *COMMON, f"data.store={demos}"]
+    base = [*TASK, *tiny.common, f"data.store={demos}"]
     for seed in (0, 1):
-        args = ["wm", "train", *base, *SMALL_WM, f"run.seed={seed}"]
+        args = ["wm", "train", *base, *tiny.wm, f"run.seed={seed}"]
         assert main([*args, f"run.out_dir={root / f'wm{seed}'}"]) == 0
-    assert main(["train", *base, *TINY_VLA, f"run.out_dir={root / 'vla'}"]) == 0
+    assert main(["train", *base, *tiny.vla, f"run.out_dir={root / 'vla'}"]) == 0
     (wm0,) = list((root / "wm0" / "arm_move_side" / "world_model").iterdir())
     (wm1,) = list((root / "wm1" / "arm_move_side" / "world_model").iterdir())
     (vla,) = list((root / "vla" / "arm_move_side" / "bc_flow").iterdir())

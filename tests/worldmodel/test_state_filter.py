@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,39 +24,23 @@ from unilab.worldmodel.generate import generate, rollout_in_model
 from unilab.worldmodel.state_rule import task_state_rule
 
 SCENE = ["task.cameras=[front]", "task.image_size=32"]
-COMMON = ["runtime.learner_threads=1", "run.quiet=true", "logging.tensorboard=false"]
-COMMON += ["eval.every=0", "viz.rerun=false", "run.export=false", "run.play_episodes=0"]
-SMALL_WM = ["algo.batch_size=16", "algo.channels=[8,16]", "algo.latent_dim=16"]
-SMALL_WM += ["algo.dynamics_width=32", "algo.dynamics_layers=1", "algo.horizon=1"]
-SMALL_WM += ["algo.warmup_steps=2", "algo.val_every=20", "algo.steps=20"]
-TINY_VLA = ["algo=bc_flow", "algo.steps=4", "algo.val_every=4", "algo.batch_size=8"]
-TINY_VLA += ["algo.warmup_steps=2", "algo.model.width=32", "algo.model.heads=2"]
-TINY_VLA += ["algo.model.image_channels=[8,16]", "algo.model.image_tokens_side=2"]
-TINY_VLA += ["algo.model.horizon=4", "algo.model.n_act=2", "algo.model.num_steps=2"]
-TINY_VLA += ["algo.model.prefix_layers=1", "algo.model.expert_layers=1"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, tiny: SimpleNamespace
+) -> tuple[Path, Path, Path, Path]:
     """demos store of the critic state, a world model and a VLA on it, and a world model
     of the arm's state only (no objects)."""
     root = tmp_path_factory.mktemp("wm_state")
     demos, arm_only = root / "demos.zarr", root / "arm.zarr"
     write_expert_store(demos, "arm_move_side", 4, overrides=[*SCENE, "task.state_policy=true"])
     write_expert_store(arm_only, "arm_move_side", 2, overrides=SCENE)
-    base = ["task=arm_move_side", *SCENE, *COMMON]
+    base = ["task=arm_move_side", *SCENE, *tiny.common]
     state = [*base, "task.state_policy=true", f"data.store={demos}"]
-    assert main(["wm", "train", *state, *SMALL_WM, f"run.out_dir={root / 'wm'}"]) == 0
-    assert main(["train", *state, *TINY_VLA, f"run.out_dir={root / 'vla'}"]) == 0
-    arm = [*base, f"data.store={arm_only}", *SMALL_WM, f"run.out_dir={root / 'arm'}"]
+    assert main(["wm", "train", *state, *tiny.wm, f"run.out_dir={root / 'wm'}"]) == 0
+    assert main(["train", *state, *tiny.vla, f"run.out_dir={root / 'vla'}"]) == 0
+    arm = [*base, f"data.store={arm_only}", *tiny.wm, f"run.out_dir={root / 'arm'}"]
     assert main(["wm", "train", *arm]) == 0
 
     def one(folder: str, algo: str) -> Path:
