@@ -10,7 +10,8 @@ import numpy as np
 
 from unilab.tasks.instructions import InstructionTemplates
 from unilab.tasks.registry import register_task
-from unilab.tasks.tabletop import TabletopConfig, TabletopTask, sample_separated
+from unilab.tasks.tabletop import TabletopConfig, TabletopTask
+from unilab.tasks.tabletop_geometry import sample_separated
 from unilab.tasks.tabletop_scene import COLOUR_NAMES, CUBE_HALF, SceneLayout
 
 TEMPLATES = InstructionTemplates(

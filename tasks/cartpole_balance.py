@@ -24,6 +24,8 @@ class CartpoleBalanceConfig(TaskConfig):
     """The episode terminates when |cart position| exceeds this (m)."""
     init_angle: float = 0.15
     """Initial pole angle is uniform in [-init_angle, init_angle] (rad)."""
+    balance_tolerance: float = 0.05
+    """The sparse `balanced` reward term pays 1 while |pole angle| is below this (rad)."""
     init_angle_bins: int = 1
     """Reset bins: |initial pole angle| in [0, init_angle] cut into this many equal bands
     (the sign stays random), so bins differ in difficulty; `runtime.allocation` chooses
@@ -40,6 +42,7 @@ class CartpoleBalance(Task):
     # episode_length_s (10 for the default 10 s episode).
     default_reward_weights: ClassVar[dict[str, float]] = {
         "upright": 1.0,
+        "balanced": 0.0,
         "centered": 0.0,
         "cart_velocity": -0.01,
         "pole_velocity": -0.005,
@@ -52,6 +55,11 @@ class CartpoleBalance(Task):
         if cfg.init_angle_bins < 1:
             raise ValueError(
                 f"task {cfg.name!r}: init_angle_bins={cfg.init_angle_bins} must be >= 1"
+            )
+        if not 0 < cfg.balance_tolerance < cfg.max_pole_angle:
+            raise ValueError(
+                f"task {cfg.name!r}: balance_tolerance={cfg.balance_tolerance} must be in "
+                f"(0, max_pole_angle={cfg.max_pole_angle})"
             )
         if not 0 <= cfg.init_angle < cfg.max_pole_angle:
             raise ValueError(
@@ -75,6 +83,10 @@ class CartpoleBalance(Task):
 
     def reward_upright(self) -> np.ndarray:
         return np.clip(np.cos(self.sim.qpos[:, 1]), 0.0, 1.0)
+
+    def reward_balanced(self) -> np.ndarray:
+        """1 while the pole is within balance_tolerance of upright (sparse; off by default)."""
+        return (np.abs(self.sim.qpos[:, 1]) < self.cfg.balance_tolerance).astype(np.float64)
 
     def reward_centered(self) -> np.ndarray:
         return np.exp(-np.square(self.sim.qpos[:, 0]))

@@ -1,6 +1,7 @@
 """The tabletop manipulation family's shared machinery: end-effector actions, observation
 groups (proprioception, privileged state, camera images, instruction tokens), per-episode
-colours, lights and camera jitter, and instructions. Each task (arm_pick_place, ...) adds
+colours, lights and camera jitter (`tabletop_looks`), and instructions. The config is in
+`tabletop_config`. Each task (arm_pick_place, ...) adds
 its objects, its episode sampling, its success test and its instruction templates.
 
 Actions (5, each in [-1, 1]) move an end-effector setpoint: dx, dy, dz (world frame, up to
@@ -16,22 +17,23 @@ observation. See docs/decisions/0032-tabletop-tasks.md for the measurements.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
 
-from unilab.config.schema import TaskConfig
 from unilab.robots import get_robot
 from unilab.robots.spec import RobotSpec
 from unilab.robots.validate import validate_spec
 from unilab.sim.render import BatchRenderer, RenderSettings, camera_ids
 from unilab.tasks.base import DEPTH_PREFIX, IMAGE_PREFIX, INSTRUCTION, ObsSpec, Task
 from unilab.tasks.instructions import InstructionTable, InstructionTemplates, Vocabulary
+from unilab.tasks.tabletop_config import PROPRIO_PARTS, TabletopConfig
+from unilab.tasks.tabletop_geometry import cos_sin, rotation_z, wrap_angle
+from unilab.tasks.tabletop_looks import TabletopLooks
 from unilab.tasks.tabletop_scene import (
     COLOUR_NAMES,
-    COLOUR_RGB,
     CUBE_HALF,
     FINGER_PADS,
     TABLETOP_XML,
@@ -58,19 +60,6 @@ WORKSPACE_HIGH = np.array([0.8, 0.45, 0.5])
 """End-effector targets are clamped into this box (m, base frame; table top z = 0)."""
 YAW_LIMIT = np.pi / 2 + 0.35
 """Hand yaw targets are clamped to +- this (rad) around the ready pose's yaw."""
-PROPRIO_PARTS = {
-    "joint_pos": 7,
-    "joint_vel": 7,
-    "gripper": 1,
-    "ee_pos": 3,
-    "ee_yaw": 2,
-    "ee_target": 3,
-    "ee_target_yaw": 2,
-    "previous_action": 5,
-}
-"""Named parts of the proprioception group and their widths (`TabletopConfig.proprio`)."""
-PROPRIO_DIM = sum(PROPRIO_PARTS.values())
-"""Width of the proprioception group with every part (the default)."""
 _DOWN = np.diag([1.0, -1.0, -1.0])
 """Hand orientation at yaw 0: x forward, fingers opening along y, z pointing down."""
 _DLS_DAMPING = 0.05
@@ -78,115 +67,7 @@ _NULLSPACE_GAIN = 0.2
 _MAX_JOINT_STEP = 0.4
 
 
-@dataclass
-class TabletopConfig(TaskConfig):
-    episode_length_s: float = 10.0
-    cameras: list[str] = field(default_factory=lambda: ["front", "wrist"])
-    """Cameras the policy observes, as images/<camera> groups; [] renders nothing. The
-    scene has `front` (across the table) and `wrist` (on the hand)."""
-    image_size: int = 64
-    """Width and height (pixels) of every camera image."""
-    depth: bool = False
-    """Also observe depth/<camera> (float32 metres) for every camera."""
-    shadows: bool = False
-    """Render shadows and reflections (several times slower on a CPU renderer)."""
-    instruction_length: int = 16
-    """Token ids per instruction (padded with 0)."""
-    state_policy: bool = False
-    """Give the policy group the privileged object state too (state-based RL baselines)."""
-    proprio: list[str] = field(default_factory=lambda: list(PROPRIO_PARTS))
-    """Parts of the proprioception (`policy` group), in this order: joint_pos, joint_vel,
-    gripper, ee_pos, ee_yaw, ee_target, ee_target_yaw, previous_action. Imitation
-    policies do better without joint_vel and previous_action: both echo the expert's last
-    action, which invites copying it instead of reading the scene (docs/vla.md)."""
-    terminate_on_success: bool = True
-    """End the episode (terminated) at the first step the task is solved."""
-    num_distractors: int = 1
-    """Cubes besides the ones the instruction names."""
-    max_step: float = 0.03
-    """End-effector displacement (m) per control step at |action| = 1."""
-    max_yaw_step: float = 0.1
-    """Hand yaw change (rad) per control step at |action| = 1."""
-    max_lead: float = 0.08
-    """The setpoint stays within this distance (m) of the measured fingertip."""
-    max_yaw_lead: float = 0.6
-    """The yaw setpoint stays within this angle (rad) of the measured hand yaw."""
-    init_joint_noise: float = 0.05
-    """Initial arm joint positions are the ready pose +- this (rad), uniform."""
-    colour_jitter: float = 0.06
-    """Each RGB channel of every object's colour is shifted by up to +- this per episode."""
-    light_jitter: float = 0.3
-    """Light intensities are scaled by 1 +- this per episode."""
-    light_direction_jitter: float = 0.35
-    """The main light's direction is tilted by up to this (rad-ish, per axis) per episode."""
-    camera_position_jitter: float = 0.01
-    """Each camera is moved by up to +- this (m, per axis) per episode."""
-    camera_angle_jitter: float = 0.03
-    """Each camera is turned by up to +- this (rad, per axis) per episode."""
-
-
-def rotation_z(yaw: np.ndarray) -> np.ndarray:
-    """(n, 3, 3) rotations about world z."""
-    c, s = np.cos(yaw), np.sin(yaw)
-    rot = np.zeros((len(yaw), 3, 3))
-    rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1], rot[:, 2, 2] = c, -s, s, c, 1.0
-    return rot
-
-
-def _cos_sin(angle: np.ndarray) -> np.ndarray:
-    """(n,) angles -> (n, 2) [cos, sin]."""
-    return np.stack([np.cos(angle), np.sin(angle)], axis=1)
-
-
-def wrap_angle(a: np.ndarray) -> np.ndarray:
-    return (a + np.pi) % (2 * np.pi) - np.pi
-
-
-def quat_from_rotvec(v: np.ndarray) -> np.ndarray:
-    """(..., 4) unit quaternions (w, x, y, z) of rotation vectors (..., 3)."""
-    angle = np.linalg.norm(v, axis=-1, keepdims=True)
-    half = 0.5 * angle
-    axis = np.divide(v, angle, out=np.zeros_like(v), where=angle > 1e-12)
-    return np.concatenate([np.cos(half), np.sin(half) * axis], axis=-1)
-
-
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    w1, x1, y1, z1 = np.moveaxis(a, -1, 0)
-    w2, x2, y2, z2 = np.moveaxis(b, -1, 0)
-    return np.stack(
-        [
-            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
-        ],
-        axis=-1,
-    )
-
-
-def sample_separated(
-    rng: np.random.Generator,
-    low: np.ndarray,
-    high: np.ndarray,
-    min_dist: float,
-    placed: np.ndarray,
-    tries: int = 64,
-) -> np.ndarray:
-    """(k, 2) points in the box [low, high] (each (k, 2) or (2,)), at least min_dist from
-    every point in placed (k, m, 2) where possible (else the farthest of `tries` draws)."""
-    k = placed.shape[0]
-    low = np.broadcast_to(np.asarray(low, dtype=np.float64), (k, 2))
-    high = np.broadcast_to(np.asarray(high, dtype=np.float64), (k, 2))
-    cand = rng.uniform(low[:, None], high[:, None], (k, tries, 2))
-    if placed.shape[1] == 0:
-        return cand[:, 0]
-    dist = np.linalg.norm(cand[:, :, None] - placed[:, None], axis=-1).min(axis=2)
-    ok = dist >= min_dist
-    best = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmax(dist, axis=1))
-    return cand[np.arange(k), best]
-
-
-class TabletopTask(Task):
+class TabletopTask(TabletopLooks, Task):
     """A tabletop manipulation task: subclasses set `layout`, `templates`, `num_named` and
     implement sample_episode, instruction_values, success and task_state."""
 
@@ -271,22 +152,7 @@ class TabletopTask(Task):
         """(n, cubes) palette index of each cube's colour (COLOUR_NAMES)."""
         self.instruction_index = np.zeros(n, dtype=np.int64)
         """(n,) index of each env's instruction in self.instructions.texts."""
-        self.colour_noise = np.zeros((n, m.ngeom, 3))
-        self.light_scale = np.ones((n, 2))
-        """(n, 2) scale of the main light and of the headlight."""
-        self.light_tilt = np.zeros((n, 2))
-        self.camera_offset = np.zeros((n, m.ncam, 3))
-        self.camera_turn = np.zeros((n, m.ncam, 3))
-        self._base_rgba = m.geom_rgba.copy()
-        self._base_cam_pos = m.cam_pos.copy()
-        self._base_cam_quat = m.cam_quat.copy()
-        self._base_light_dir = m.light_dir.copy()
-        self._base_light_diffuse = m.light_diffuse.copy()
-        self._base_headlight = (
-            np.array(m.vis.headlight.ambient, dtype=np.float64),
-            np.array(m.vis.headlight.diffuse, dtype=np.float64),
-        )
-        self._init_colours()
+        self._init_looks()
 
         self.renderer: BatchRenderer | None = None
         if cfg.cameras:
@@ -488,9 +354,9 @@ class TabletopTask(Task):
             "joint_vel": lambda: self.joint_vel,
             "gripper": lambda: self.gripper_opening[:, None] / GRIPPER_OPEN,
             "ee_pos": lambda: self.ee_pos,
-            "ee_yaw": lambda: _cos_sin(self.ee_yaw),
+            "ee_yaw": lambda: cos_sin(self.ee_yaw),
             "ee_target": lambda: self.ee_target,
-            "ee_target_yaw": lambda: _cos_sin(self.ee_target_yaw),
+            "ee_target_yaw": lambda: cos_sin(self.ee_target_yaw),
             "previous_action": lambda: self.actions,
         }
         return np.concatenate([parts[p]() for p in self.cfg.proprio], axis=1, dtype=np.float32)
@@ -683,74 +549,6 @@ class TabletopTask(Task):
         assert self._mocap_pos is not None
         self._mocap_pos[ids, self._mocap_id[name], :2] = xy
         self._mocap_pos[ids, self._mocap_id[name], 2] = 0.0
-
-    # -- looks: colours, lights, cameras ---------------------------------------------------
-    def _init_colours(self) -> None:
-        """Which geoms take which colour role: cubes their own, bowls/goal a free colour."""
-        m = self.model
-        self._bowl_geoms = [
-            np.array(
-                [g for g in range(m.ngeom) if m.body(int(m.geom_bodyid[g])).name == bowl_name(b)]
-            )
-            for b in range(self.layout.num_bowls)
-        ]
-        self._goal_geom = m.geom("goal").id if self.layout.goal_marker else -1
-        self.extra_colour = np.zeros((self.num_envs, self.layout.num_bowls + 1), dtype=np.int64)
-
-    def draw_cube_colours(self, k: int) -> np.ndarray:
-        """(k, cubes + bowls + 1) distinct palette indices per env: cubes first, then a
-        colour for each bowl and one for the goal marker (bowls may share one)."""
-        order = np.argsort(self.rng.random((k, len(COLOUR_NAMES))), axis=1)
-        return order
-
-    def _draw_looks(self, ids: np.ndarray) -> None:
-        cfg, k, m = self.cfg, len(ids), self.model
-        order = self.draw_cube_colours(k)
-        self.cube_colour[ids] = order[:, : self.num_cubes]
-        extras = order[:, self.num_cubes : self.num_cubes + self.extra_colour.shape[1]]
-        self.extra_colour[ids] = extras
-        self.colour_noise[ids] = self.rng.uniform(
-            -cfg.colour_jitter, cfg.colour_jitter, (k, m.ngeom, 3)
-        )
-        self.light_scale[ids] = 1.0 + self.rng.uniform(-cfg.light_jitter, cfg.light_jitter, (k, 2))
-        self.light_tilt[ids] = self.rng.uniform(
-            -cfg.light_direction_jitter, cfg.light_direction_jitter, (k, 2)
-        )
-        pos_j, ang_j = cfg.camera_position_jitter, cfg.camera_angle_jitter
-        self.camera_offset[ids] = self.rng.uniform(-pos_j, pos_j, (k, m.ncam, 3))
-        self.camera_turn[ids] = self.rng.uniform(-ang_j, ang_j, (k, m.ncam, 3))
-
-    def _push_visuals(self, ids: np.ndarray) -> None:
-        """Hand the drawn looks of envs ids to the renderer (nothing without cameras)."""
-        if self.renderer is None:
-            return
-        k = len(ids)
-        rgba = np.tile(self._base_rgba, (k, 1, 1)).astype(np.float64)
-        rgba[:, self._cube_geom, :3] = COLOUR_RGB[self.cube_colour[ids]]
-        for b, geoms in enumerate(self._bowl_geoms):
-            rgba[:, geoms, :3] = COLOUR_RGB[self.extra_colour[ids, b]][:, None] * 0.8
-        if self._goal_geom >= 0:
-            rgba[:, self._goal_geom, :3] = COLOUR_RGB[self.extra_colour[ids, -1]]
-        rgba[:, :, :3] = np.clip(rgba[:, :, :3] + self.colour_noise[ids], 0.0, 1.0)
-        tilt = self.light_tilt[ids]
-        light_dir = np.tile(self._base_light_dir, (k, 1, 1))
-        light_dir[:, 0, :2] += tilt
-        light_dir /= np.linalg.norm(light_dir, axis=2, keepdims=True)
-        diffuse = self._base_light_diffuse[None] * self.light_scale[ids, 0, None, None]
-        cam_pos = self._base_cam_pos[None] + self.camera_offset[ids]
-        cam_quat = quat_mul(self._base_cam_quat[None], quat_from_rotvec(self.camera_turn[ids]))
-        ambient, head_diffuse = self._base_headlight
-        scale = self.light_scale[ids, 1, None]
-        self.renderer.set_visuals(
-            ids,
-            geom_rgba=rgba,
-            light_dir=light_dir,
-            light_diffuse=diffuse,
-            cam_pos=cam_pos,
-            cam_quat=cam_quat,
-            headlight_ambient=ambient[None] * scale,
-            headlight_diffuse=head_diffuse[None] * scale,
-        )
 
     def state_restored(self, ids: np.ndarray) -> None:
         self._push_visuals(ids)

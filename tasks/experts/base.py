@@ -24,7 +24,8 @@ import numpy.typing as npt
 from unilab.registry import Registry
 from unilab.sim.indices import as_env_ids
 from unilab.tasks.base import EXPERT_STREAM, PERTURB_STREAM, episode_rng
-from unilab.tasks.tabletop import TabletopTask, wrap_angle
+from unilab.tasks.tabletop import TabletopTask
+from unilab.tasks.tabletop_geometry import wrap_angle
 from unilab.tasks.tabletop_scene import CUBE_HALF
 
 EXPERTS: Registry[type[ScriptedExpert]] = Registry("expert")

@@ -166,6 +166,32 @@ def test_cartpole_starts_each_bin_in_its_band_of_pole_angles() -> None:
         make_task(CartpoleBalanceConfig(init_angle=0.7), num_envs=1)
 
 
+def test_cartpole_sparse_balanced_term_pays_only_near_upright() -> None:
+    """The sparse reward the allocation benchmark uses: 1 per step (times control_dt) while
+    |pole angle| < balance_tolerance, nothing otherwise; off unless weighted."""
+    from unilab.tasks.cartpole_balance import CartpoleBalanceConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = CartpoleBalanceConfig(
+        init_angle=0.4,
+        init_angle_bins=2,
+        balance_tolerance=0.1,
+        reward_weights={"upright": 0.0, "balanced": 1.0},
+    )
+    task = make_task(cfg, num_envs=64, seed=0)
+    task.bin_probs = np.array([0.5, 0.5], np.float32)
+    task.reset()
+    inside = np.abs(task.sim.qpos[:, 1]) < 0.1
+    assert inside.any() and (~inside).any()
+    assert np.array_equal(task.reward_balanced(), inside.astype(np.float64))
+    step = task.step(np.zeros((64, 1), np.float32))
+    now_inside = np.abs(task.sim.qpos[:, 1]) < 0.1
+    assert np.allclose(step.reward_terms["balanced"], task.control_dt * now_inside)
+    assert "balanced" not in make_task(CartpoleBalanceConfig(), num_envs=1).reward_weights
+    with pytest.raises(ValueError, match="balance_tolerance"):
+        make_task(CartpoleBalanceConfig(balance_tolerance=0.0), num_envs=1)
+
+
 def test_a_task_without_bins_draws_nothing() -> None:
     from unilab.tasks.arm_reach import ArmReachConfig
     from unilab.tasks.registry import make_task

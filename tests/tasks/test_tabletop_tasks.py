@@ -11,7 +11,8 @@ import pytest
 from unilab.config import compose
 from unilab.tasks.base import INSTRUCTION
 from unilab.tasks.registry import make_task
-from unilab.tasks.tabletop import PROPRIO_DIM, TabletopTask
+from unilab.tasks.tabletop import TabletopTask
+from unilab.tasks.tabletop_config import PROPRIO_DIM
 from unilab.tasks.tabletop_scene import COLOUR_NAMES
 
 TASKS = ("arm_pick_place", "arm_move_side", "arm_stack", "arm_around_obstacle")
