@@ -191,7 +191,9 @@ def test_best_of_n_keeps_the_candidate_the_value_heads_rank_highest() -> None:
         _value_vla(tokens=0).planner(best_of_n=2)
 
 
-def test_tune_write_export_metadata_and_deploy_read_the_choice(tmp_path: Path) -> None:
+def test_tune_write_export_metadata_and_deploy_read_the_choice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = vla_run(tmp_path / "runs", "algo.model.value_heads=true", "algo.tokens=2")
     out = tmp_path / "tune.json"
     argv = [
@@ -202,6 +204,15 @@ def test_tune_write_export_metadata_and_deploy_read_the_choice(tmp_path: Path) -
     assert main(argv) == 0
     report = json.loads(out.read_text())
     assert report["chosen"] == {"n_act": 2, "noise_temperature": 0.5, "best_of_n": 2}
+    # one progress line per round and per comparison arm, as they finish
+    err = capsys.readouterr().err.splitlines()
+    progress = [ln.split(":")[1].strip() for ln in err if ln.startswith("tune-inference: ")]
+    assert progress[:4] == ["round 1/2", "round 2/2", "compare defaults", "compare chosen"]
+    assert any(
+        ln.startswith("tune-inference: compare chosen: n_act=2 noise_temperature=0.5")
+        and ln.endswith("/2 successes")
+        for ln in err
+    )
     assert report["defaults"] == {"n_act": 4, "noise_temperature": 1.0, "best_of_n": 1}
     assert "condition to drop" in report["skipped"]["guidance_scale"]
     assert report["comparison"]["chosen"]["episodes"] == 2

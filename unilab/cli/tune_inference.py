@@ -6,11 +6,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from unilab.cli.options import add_overrides, positive, split_items
 from unilab.cli.play import load_target
 from unilab.cli.verb import Verb
 from unilab.config.errors import ConfigError
+
+
+def progress_line(row: dict[str, Any], rounds: int) -> str:
+    """One stderr line per finished bandit round or comparison arm."""
+    what = f"round {row['round'] + 1}/{rounds}" if "round" in row else f"compare {row['compare']}"
+    settings = " ".join(f"{k}={v}" for k, v in row["settings"].items())
+    return f"tune-inference: {what}: {settings}: {row['successes']}/{row['episodes']} successes"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
                 if args.compare_seeds is not None
                 else None
             ),
+            on_round=lambda row: print(progress_line(row, args.rounds), file=sys.stderr),
         )
     except TuneError as exc:
         raise ConfigError(str(exc)) from None

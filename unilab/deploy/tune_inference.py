@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,8 +320,11 @@ def tune_inference(
     seed: int = 0,
     decay: float = 0.9,
     compare_seeds: int | None = None,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Tune `policy`'s inference settings; -> the JSON report (see `SCHEMA` keys below).
+    `on_round` gets each round's history row as it ends, and then one row per comparison
+    arm ({"compare": "defaults" | "chosen", ...}), for progress output.
 
     Round r evaluates on task seed `seed + r`; the comparison uses `compare_seeds` fresh
     seeds (default: `rounds`, so each arm gets as many episodes as the tuning did) from
@@ -344,11 +347,17 @@ def tune_inference(
         bandit.update(proposal, arm.successes, arm.episodes)
         bandit.decay_round()
         history.append({"round": r, "seed": seed + r, **arm.to_dict()})
+        if on_round is not None:
+            on_round(history[-1])
     chosen = bandit.best()
     n_seeds = rounds if compare_seeds is None else int(compare_seeds)
     fresh = [seed + COMPARE_SEED_OFFSET + i for i in range(max(1, n_seeds))]
     base = run_settings(policy, task_cfg, sim_cfg, defaults, fresh, episodes_per_round)
+    if on_round is not None:
+        on_round({"compare": "defaults", **base.to_dict()})
     best = run_settings(policy, task_cfg, sim_cfg, chosen, fresh, episodes_per_round)
+    if on_round is not None:
+        on_round({"compare": "chosen", **best.to_dict()})
     return {
         "schema": SCHEMA,
         "task": task_cfg.name,
