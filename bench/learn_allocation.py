@@ -158,13 +158,22 @@ def plot(runs: list[dict[str, Any]], path: Path, target: float) -> None:
         "plain": "tab:blue",
         "branching": "tab:orange",
     }
-    for r in runs:
-        steps = [c[0] for c in r["curve"]]
-        rate = [c[2] for c in r["curve"]]
-        label = f"{r['mode']} seed {r['seed']}"
-        style = ("-", "--", ":", "-.")[int(r["seed"]) % 4]
-        colour = colours.get(r["mode"], "grey")
-        ax.plot(steps, rate, color=colour, ls=style, alpha=0.8, label=label)
+    # Thin: each seed; thick: the mean over seeds where their evaluation steps coincide.
+    for mode in dict.fromkeys(r["mode"] for r in runs):
+        colour = colours.get(mode, "grey")
+        mine = [r for r in runs if r["mode"] == mode]
+        for r in mine:
+            ax.plot(
+                [c[0] for c in r["curve"]],
+                [c[2] for c in r["curve"]],
+                color=colour,
+                lw=0.8,
+                alpha=0.35,
+            )
+        steps = [c[0] for c in mine[0]["curve"]]
+        if all([c[0] for c in r["curve"]] == steps for r in mine):
+            mean = np.mean([[c[2] for c in r["curve"]] for r in mine], axis=0)
+            ax.plot(steps, mean, color=colour, lw=2.2, label=f"{mode}: mean of {len(mine)} seeds")
     ax.axhline(target, color="black", lw=0.8, ls="--")
     ax.set_xlabel("env steps")
     ax.set_ylabel("eval success (uniform bins)")
@@ -178,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.learn_allocation", description=__doc__)
     p.add_argument("--task", default="arm_reach")
     p.add_argument("--bins", default="[2,2,2]", help=f"reset bins, per task: {BIN_KEYS}")
+    p.add_argument(
+        "--bin-key",
+        help="the config key that sets the bins, when not the task's usual one "
+        "(e.g. task.init_cart_bins for cartpole_balance's cart-position bands)",
+    )
     p.add_argument("--modes", default="uniform,thompson")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=600_000, help="env steps per run")
@@ -197,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         resummarize(Path(args.summarize))
         return 0
     modes = args.modes.split(",")
-    if args.task not in BIN_KEYS:
-        p.error(f"--task {args.task!r} has no reset bins here; one of {', '.join(BIN_KEYS)}")
-    key = BIN_KEYS[args.task]
+    if args.task not in BIN_KEYS and not args.bin_key:
+        p.error(
+            f"--task {args.task!r} has no reset bins here; one of {', '.join(BIN_KEYS)}, "
+            "or name its bin key with --bin-key"
+        )
+    key = args.bin_key or BIN_KEYS[args.task]
     arms = {m: [f"{key}={args.bins}", f"runtime.allocation={m}"] for m in modes}
     compare_arms(args, arms, "bench.learn_allocation", argv, {"bins": args.bins})
     return 0

@@ -24,12 +24,22 @@ class CartpoleBalanceConfig(TaskConfig):
     """The episode terminates when |cart position| exceeds this (m)."""
     init_angle: float = 0.15
     """Initial pole angle is uniform in [-init_angle, init_angle] (rad)."""
+    init_cart_pos: float = 0.2
+    """Initial cart position is uniform in [-init_cart_pos, init_cart_pos] (m)."""
     balance_tolerance: float = 0.05
     """The sparse `balanced` reward term pays 1 while |pole angle| is below this (rad)."""
+    center_tolerance: float = 0.1
+    """The sparse `balanced_at_center` term also needs |cart position| below this (m)."""
+    success_at_center: bool = False
+    """Success also needs |cart position| < center_tolerance at the episode's last step
+    (the goal of the bring-it-home variant; by default any cart position on the rail)."""
     init_angle_bins: int = 1
     """Reset bins: |initial pole angle| in [0, init_angle] cut into this many equal bands
     (the sign stays random), so bins differ in difficulty; `runtime.allocation` chooses
     how often each starts. 1: one band, no bins."""
+    init_cart_bins: int = 1
+    """Reset bins over |initial cart position| in [0, init_cart_pos], as for the angle;
+    with both, a bin is one (angle band, cart band) pair."""
 
 
 @register_task("cartpole_balance", CartpoleBalanceConfig)
@@ -43,6 +53,7 @@ class CartpoleBalance(Task):
     default_reward_weights: ClassVar[dict[str, float]] = {
         "upright": 1.0,
         "balanced": 0.0,
+        "balanced_at_center": 0.0,
         "centered": 0.0,
         "cart_velocity": -0.01,
         "pole_velocity": -0.005,
@@ -52,9 +63,17 @@ class CartpoleBalance(Task):
     cfg: CartpoleBalanceConfig
 
     def __init__(self, cfg: CartpoleBalanceConfig, **kwargs: object) -> None:
-        if cfg.init_angle_bins < 1:
+        for key in ("init_angle_bins", "init_cart_bins"):
+            if getattr(cfg, key) < 1:
+                raise ValueError(f"task {cfg.name!r}: {key}={getattr(cfg, key)} must be >= 1")
+        if not 0 <= cfg.init_cart_pos < cfg.max_cart_pos:
             raise ValueError(
-                f"task {cfg.name!r}: init_angle_bins={cfg.init_angle_bins} must be >= 1"
+                f"task {cfg.name!r}: init_cart_pos={cfg.init_cart_pos} must be in [0, "
+                f"max_cart_pos={cfg.max_cart_pos}) or episodes start off the rail"
+            )
+        if cfg.center_tolerance <= 0:
+            raise ValueError(
+                f"task {cfg.name!r}: center_tolerance={cfg.center_tolerance} must be > 0"
             )
         if not 0 < cfg.balance_tolerance < cfg.max_pole_angle:
             raise ValueError(
@@ -71,7 +90,7 @@ class CartpoleBalance(Task):
 
     @property
     def num_reset_bins(self) -> int:
-        return self.cfg.init_angle_bins
+        return self.cfg.init_angle_bins * self.cfg.init_cart_bins
 
     def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
         return actions.astype(np.float64)
@@ -87,6 +106,13 @@ class CartpoleBalance(Task):
     def reward_balanced(self) -> np.ndarray:
         """1 while the pole is within balance_tolerance of upright (sparse; off by default)."""
         return (np.abs(self.sim.qpos[:, 1]) < self.cfg.balance_tolerance).astype(np.float64)
+
+    def reward_balanced_at_center(self) -> np.ndarray:
+        """1 while the pole is balanced and the cart within center_tolerance of the centre
+        (sparse; off by default): far starts earn nothing until the policy can carry the
+        pole home, so the cart bands learn near-first."""
+        home = np.abs(self.sim.qpos[:, 0]) < self.cfg.center_tolerance
+        return self.reward_balanced() * home
 
     def reward_centered(self) -> np.ndarray:
         return np.exp(-np.square(self.sim.qpos[:, 0]))
@@ -110,21 +136,26 @@ class CartpoleBalance(Task):
     def reset_envs(self, ids: np.ndarray) -> None:
         n = len(ids)
         qpos = np.zeros((n, 2))
-        qpos[:, 0] = self.rng.uniform(-0.2, 0.2, n)
-        if self.num_reset_bins > 1:
-            band = self.cfg.init_angle / self.num_reset_bins
-            low = self.episode_bin[ids] * band
-            size = self.rng.uniform(low, low + band)
-            qpos[:, 1] = np.where(self.rng.random(n) < 0.5, -size, size)
-        else:
-            qpos[:, 1] = self.rng.uniform(-self.cfg.init_angle, self.cfg.init_angle, n)
+        angle_band, cart_band = np.divmod(self.episode_bin[ids], self.cfg.init_cart_bins)
+        qpos[:, 0] = self._signed_in_band(
+            cart_band, self.cfg.init_cart_bins, self.cfg.init_cart_pos
+        )
+        qpos[:, 1] = self._signed_in_band(angle_band, self.cfg.init_angle_bins, self.cfg.init_angle)
         qvel = self.rng.uniform(-0.05, 0.05, (n, 2))
         self.sim.reset(ids, qpos=qpos, qvel=qvel)
+
+    def _signed_in_band(self, band: np.ndarray, bands: int, limit: float) -> np.ndarray:
+        """Uniform in [-limit, limit], or with `bands` > 1 a magnitude in the given band of
+        [0, limit] and a random sign."""
+        if bands == 1:
+            return self.rng.uniform(-limit, limit, len(band))
+        width = limit / bands
+        size = self.rng.uniform(band * width, (band + 1) * width)
+        return np.where(self.rng.random(len(band)) < 0.5, -size, size)
 
     def task_metrics(self) -> dict[str, np.ndarray]:
         q = self.sim.qpos
         # Scored at an episode's last step: 1 when it ran to the time limit balanced.
-        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (
-            np.abs(q[:, 0]) <= self.cfg.max_cart_pos
-        )
+        on_rail = self.cfg.center_tolerance if self.cfg.success_at_center else self.cfg.max_cart_pos
+        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (np.abs(q[:, 0]) <= on_rail)
         return {"pole_angle_abs": np.abs(q[:, 1]), "success": upright.astype(np.float32)}

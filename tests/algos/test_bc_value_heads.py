@@ -20,12 +20,7 @@ from unilab.policies.vla.config import VLAConfig
 H, LENGTH, FPS = 2, 8, 10.0
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

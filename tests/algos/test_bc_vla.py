@@ -23,12 +23,7 @@ H = 4
 SHAPES = {"policy": 4, "images/front": (16, 16, 3), "instruction": 6}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

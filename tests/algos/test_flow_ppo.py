@@ -23,12 +23,7 @@ SHAPES = {"policy": (6,), "critic": (8,)}
 A = 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def col(*values: float) -> torch.Tensor:

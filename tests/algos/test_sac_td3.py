@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -45,12 +44,7 @@ LEARN = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def _make(

@@ -7,17 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from unilab.bench.wm_gain import main, summarize
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_summary_pairs_the_arms_per_seed() -> None:

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from vla_run_helpers import vla_run
 
 from unilab.cli import main
@@ -20,12 +19,7 @@ from unilab.export.run_export import export_run
 DT = 0.05  # arm tasks' control period (s); the helper's episodes last 1 s = 20 steps
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

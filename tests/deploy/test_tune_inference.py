@@ -32,13 +32,7 @@ from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.policy import VLAPolicy
 from unilab.runtime.policy import ActionChunk
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 class HeldChunks:

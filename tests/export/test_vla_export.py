@@ -30,12 +30,7 @@ INPUTS = VLAInputs(
 VOCAB = ["<pad>", "pick", "the", "red", "cube", "place", "on", "blue", "plate"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def trained_looking(policy: VLAPolicy, seed: int = 0) -> VLAPolicy:

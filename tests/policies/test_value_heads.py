@@ -20,12 +20,7 @@ from unilab.policies.vla.value_heads import ValueHeads, ValueTargets
 W = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def prefix(n: int, seed: int = 0, requires_grad: bool = False) -> Prefix:

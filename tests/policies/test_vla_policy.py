@@ -20,14 +20,7 @@ INPUTS = VLAInputs(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is fastest, and on a shared 2-core box two OpenMP
-    threads spin against other processes (measured 30x slower here under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def small_config(**overrides: object) -> VLAConfig:

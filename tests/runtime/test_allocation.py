@@ -192,6 +192,47 @@ def test_cartpole_sparse_balanced_term_pays_only_near_upright() -> None:
         make_task(CartpoleBalanceConfig(balance_tolerance=0.0), num_envs=1)
 
 
+def test_cartpole_cart_bands_start_far_and_pay_only_at_home() -> None:
+    """The bring-it-home variant: bins are bands of |initial cart position| (crossed with
+    the angle bands when both are set); `balanced_at_center` pays only while the cart is
+    near the centre with the pole balanced; success then needs the cart home too."""
+    from unilab.tasks.cartpole_balance import CartpoleBalanceConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = CartpoleBalanceConfig(
+        init_cart_pos=1.2,
+        init_cart_bins=4,
+        init_angle=0.02,
+        success_at_center=True,
+        reward_weights={"upright": 0.0, "balanced_at_center": 1.0},
+    )
+    task = make_task(cfg, num_envs=64, seed=0)
+    assert task.num_reset_bins == 4
+    for k in range(4):
+        task.bin_probs = np.eye(4, dtype=np.float32)[k]
+        task.reset()
+        cart = task.sim.qpos[:, 0]
+        assert (np.abs(cart) >= 0.3 * k).all() and (np.abs(cart) <= 0.3 * (k + 1)).all()
+        assert (cart < 0).any() and (cart > 0).any()
+        home = np.abs(cart) < 0.1
+        balanced = np.abs(task.sim.qpos[:, 1]) < 0.05
+        assert np.array_equal(task.reward_balanced_at_center(), (home & balanced).astype(float))
+        assert np.array_equal(task.task_metrics()["success"], home.astype(np.float32))
+    assert not home.any()  # the far band starts with nothing to earn
+    crossed = make_task(
+        CartpoleBalanceConfig(init_angle=0.4, init_angle_bins=2, init_cart_bins=3), num_envs=8
+    )
+    assert crossed.num_reset_bins == 6
+    crossed.bin_probs = np.eye(6, dtype=np.float32)[5]  # far angle band x far cart band
+    crossed.reset()
+    assert (np.abs(crossed.sim.qpos[:, 1]) >= 0.2).all()
+    assert (np.abs(crossed.sim.qpos[:, 0]) >= 2 * 0.2 / 3).all()
+    with pytest.raises(ValueError, match="init_cart_bins"):
+        make_task(CartpoleBalanceConfig(init_cart_bins=0), num_envs=1)
+    with pytest.raises(ValueError, match="max_cart_pos"):
+        make_task(CartpoleBalanceConfig(init_cart_pos=2.5), num_envs=1)
+
+
 def test_a_task_without_bins_draws_nothing() -> None:
     from unilab.tasks.arm_reach import ArmReachConfig
     from unilab.tasks.registry import make_task

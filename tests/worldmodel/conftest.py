@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 COMMON = ["runtime.learner_threads=1", "run.quiet=true", "logging.tensorboard=false"]
 COMMON += ["eval.every=0", "viz.rerun=false", "run.export=false", "run.play_episodes=0"]
@@ -21,11 +20,8 @@ TINY_VLA += ["algo.model.prefix_layers=1", "algo.model.expert_layers=1"]
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _every_test_on_one_torch_thread(torch_one_thread: None) -> None:
+    """(A conftest's `pytestmark` applies to nothing, so the shared fixture is pulled in here.)"""
 
 
 @pytest.fixture(scope="session")
