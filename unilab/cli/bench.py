@@ -27,6 +27,7 @@ BENCHMARKS = {
     "learn_flow_ppo": "flow_ppo from one bc_flow run, with vs without tokens: success per env step",
     "value_heads": "a VLA's value heads on held-out episodes: Brier, reliability, progress Spearman",
     "tokens": "exploration tokens: path coverage with vs without; selector vs fixed tokens",
+    "tune_inference": "Thompson-tuned inference settings vs the policy's defaults, several tuner seeds",
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",
