@@ -7,14 +7,19 @@ The held-out episodes are the run's own validation split (`split_items` with the
 seed and `algo.val_fraction`), so training never saw them; every frame of them is scored:
 
 - P(success): Brier score against the episode's outcome, beside the constant predictor
-  that always says the training episodes' success rate; reliability bins and a PNG;
+  that always says the training episodes' success rate; reliability bins and a PNG. Three
+  versions: the policy's own predictions (Platt-scaled after training when the run
+  calibrated them, `algo.calibrate_success`: that fit saw these same episodes, so it is
+  in-sample), the raw head, and the raw head Platt-scaled *cross-fitted* (2 folds of
+  episodes, each scaled by a fit on the other: out of sample, the honest number);
 - progress: Spearman correlation between predicted and true progress (t + 1) / T over the
   frames of the successful held-out episodes (the head is trained on successful episodes
   only); and over all held-out episodes, the expected progress P(success) x progress at
   each episode's last frame against its outcome-weighted true progress (1 or 0).
 
 Writes JSON (`ratios`: progress_spearman against the issue's 0.8, brier_skill = 1 - Brier
-/ constant Brier) and the reliability PNG, by default
+/ constant Brier of the policy's own predictions, brier_skill_cross_fitted likewise for the
+cross-fitted ones) and the reliability PNG of the cross-fitted ones, by default
 `bench/results/value_heads_<task>.{json,png}`.
 """
 
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     from unilab.algos.offline import item_episodes, split_items
     from unilab.algos.value_calibration import (
         brier_score,
+        cross_fitted_platt,
+        platt,
         plot_reliability,
         reliability_bins,
         spearman,
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     train_items, val_items = split_items(episodes, cfg.algo.val_fraction, cfg.run.seed)
     if val_items.size == 0:
         raise SystemExit("the run held out no episodes (algo.val_fraction=0)")
-    success, progress, truth_s, truth_p, has_p, ep = [], [], [], [], [], []
+    success, logit, progress, truth_s, truth_p, has_p, ep = [], [], [], [], [], [], []
     proprio = cfg.algo.proprio_field
     with torch.no_grad():
         for start in range(0, val_items.size, 1024):
@@ -75,26 +82,33 @@ def main(argv: list[str] | None = None) -> int:
                 obs[f"images/{cam}"] = batch[f"images/{cam}"]
             pred = actor.predict_values(obs)
             success.append(pred["success"].numpy())
+            logit.append(pred["success_logit"].double().numpy())
             progress.append(pred["progress"].numpy())
             truth_s.append(batch["target/success"].numpy())
             truth_p.append(batch["target/progress"].numpy())
             has_p.append(batch["target/has_progress"].numpy() > 0.5)
             ep.append(episodes[val_items[start : start + 1024]])
-    ps, pp = np.concatenate(success), np.concatenate(progress)
+    ps, pp, zs = np.concatenate(success), np.concatenate(progress), np.concatenate(logit)
     ys, yp, hp, ids = map(np.concatenate, (truth_s, truth_p, has_p, ep))
     train_rate = float(np.mean([frames.batch(train_items[i : i + 4096])["target/success"].numpy().mean()
                                 for i in range(0, train_items.size, 4096)]))  # fmt: skip
     brier = brier_score(ps, ys)
     brier_const = brier_score(np.full_like(ys, train_rate), ys)
+    brier_raw = brier_score(platt(zs, 1.0, 0.0), ys)
+    crossed = cross_fitted_platt(zs, ys, ids, folds=2, seed=0)
+    brier_crossed = brier_score(crossed, ys)
+    heads = actor.value_heads
+    stored = {"scale": float(heads.success_scale), "bias": float(heads.success_bias)}
     rho_frames = spearman(pp[hp], yp[hp])
     last = {e: i for i, e in enumerate(ids)}  # frames come in order: the last wins
     last_idx = np.array(sorted(last.values()))
     expected_last = ps[last_idx] * pp[last_idx]
     rho_episodes = spearman(expected_last, ys[last_idx])
-    centers, mean_pred, observed, counts = reliability_bins(ps, ys, args.bins)
+    centers, mean_pred, observed, counts = reliability_bins(crossed, ys, args.bins)
     task = cfg.task.name
     out = Path(args.out or f"bench/results/value_heads_{task}.json")
-    plot_reliability(out.with_suffix(".png"), ps, ys, args.bins, f"P(success) on held-out {task}")
+    title = f"held-out {task}, Platt cross-fitted"
+    plot_reliability(out.with_suffix(".png"), crossed, ys, args.bins, title)
     rows = [
         {"bin_center": float(c), "mean_predicted": float(m), "observed": float(o), "frames": int(n)}
         for c, m, o, n in zip(centers, mean_pred, observed, counts, strict=True)
@@ -110,17 +124,26 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_success_rate": float(ys[last_idx].mean()),
         "brier": brier,
         "brier_constant": brier_const,
+        "brier_raw": brier_raw,
+        "brier_cross_fitted": brier_crossed,
+        "stored_calibration": stored,
+        "reliability_of": "cross-fitted Platt-scaled P(success)",
         "progress_spearman_frames": rho_frames,
         "expected_progress_vs_outcome_spearman_episodes": rho_episodes,
         "rows": rows,
-        "ratios": {"progress_spearman": rho_frames, "brier_skill": 1.0 - brier / brier_const},
+        "ratios": {
+            "progress_spearman": rho_frames,
+            "brier_skill": 1.0 - brier / brier_const,
+            "brier_skill_cross_fitted": 1.0 - brier_crossed / brier_const,
+        },
         "targets": {"progress_spearman": 0.8},
         "bench_wall_s": time.perf_counter() - t0,
     }
     write_json(out, doc)
     print(
         f"held-out {doc['held_out_episodes']} episodes / {ids.size} frames: Brier {brier:.3f} "
-        f"(constant {brier_const:.3f}); progress Spearman {rho_frames:.3f} over successful "
+        f"(raw head {brier_raw:.3f}, Platt cross-fitted {brier_crossed:.3f}, constant "
+        f"{brier_const:.3f}); progress Spearman {rho_frames:.3f} over successful "
         f"episodes' frames; expected progress vs outcome (episodes) {rho_episodes:.3f}"
     )
     print(f"wrote {out} and {out.with_suffix('.png')}")

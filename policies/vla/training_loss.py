@@ -100,7 +100,8 @@ def predict_policy_values(
     policy: VLAPolicy, obs: Mapping[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
     """The value heads' predictions for `obs` (no conditions dropped): {"success":
-    P(success), "progress": in [0, 1], "time_to_go": seconds}, each (N,)."""
+    P(success) (calibrated), "success_logit" (raw), "progress": in [0, 1], "time_to_go":
+    seconds}, each (N,)."""
     heads = require_value_heads(policy)
     policy.check_obs(obs)
     present = {k: v for k, v in policy._to_device(obs).items() if k in policy.obs_groups}

@@ -6,7 +6,10 @@ the VLA's fused prefix and predict, for the current frame,
 - time to go: seconds until a successful episode ends, timestamp[T-1] - timestamp[t].
 
 Targets come from the episode store's outcomes (`FrameDataset(outcome_targets=True)`), and
-the terms are auxiliary (a small weight beside the flow loss), like `StateHead`. Nothing at
+the terms are auxiliary (a small weight beside the flow loss), like `StateHead`. After
+training, P(success) is Platt-scaled on held-out episodes (`set_success_calibration`; the
+learners' `calibrate_values`), because a head trained on a few hundred episodes is far too
+sure of itself (its held-out Brier score was worse than a constant's). Nothing at
 deployment needs them: export traces the action path only; play, eval and alerts call
 `VLAPolicy.predict_values`.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -70,10 +74,16 @@ class ValueTargets:
         return cls(*vals)
 
 
+CALIBRATION_DEFAULTS = {"success_scale": 1.0, "success_bias": 0.0}
+"""Platt scaling of the success logit, sigmoid(scale z + bias); identity until fitted."""
+
+
 class ValueHeads(nn.Module):
     """Success logit, progress and time to go from the mean of the valid prefix tokens."""
 
     time_scale: torch.Tensor
+    success_scale: torch.Tensor
+    success_bias: torch.Tensor
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -85,6 +95,24 @@ class ValueHeads(nn.Module):
         # Seconds per unit of the time head: the head predicts time to go / time_scale, so
         # its loss is O(1) whatever the episode length (set from data by `fit_time_scale`).
         self.register_buffer("time_scale", torch.ones(()))
+        # Platt scaling of P(success), fitted on held-out episodes after training
+        # (`set_success_calibration`): training reads the raw logit, predictions the scaled.
+        for name, value in CALIBRATION_DEFAULTS.items():
+            self.register_buffer(name, torch.full((), value))
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        # Checkpoints written before calibration existed hold no such buffers: identity.
+        for name, value in CALIBRATION_DEFAULTS.items():
+            state_dict.setdefault(prefix + name, torch.full((), value))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @torch.no_grad()
+    def set_success_calibration(self, scale: float, bias: float) -> None:
+        """P(success) = sigmoid(scale z + bias) from now on (`value_calibration.fit_platt`)."""
+        self.success_scale.fill_(float(scale))
+        self.success_bias.fill_(float(bias))
 
     def forward(self, prefix: Prefix) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(success logit, progress logit, time to go in units of `time_scale`), each (N,)."""
@@ -120,10 +148,12 @@ class ValueHeads(nn.Module):
         }
 
     def predict(self, prefix: Prefix) -> dict[str, torch.Tensor]:
-        """{"success": P(success), "progress": in [0, 1], "time_to_go": seconds}, each (N,)."""
+        """{"success": P(success) (calibrated), "success_logit": the raw logit before
+        calibration, "progress": in [0, 1], "time_to_go": seconds}, each (N,)."""
         success_logit, progress_logit, ttg = self(prefix)
         return {
-            "success": torch.sigmoid(success_logit),
+            "success": torch.sigmoid(self.success_scale * success_logit + self.success_bias),
+            "success_logit": success_logit,
             "progress": torch.sigmoid(progress_logit),
             "time_to_go": ttg * self.time_scale,
         }

@@ -100,3 +100,51 @@ def test_off_by_default_and_missing_targets_named(outcome_store: Path) -> None:
     no_targets = FrameDataset(outcome_store, action_horizon=H)
     with pytest.raises(KeyError, match=r"value_weight=0\.5 > 0.*outcome_targets=True"):
         heads.update(no_targets.batch(np.arange(8)))
+
+
+def test_success_head_is_platt_scaled_on_held_out_episodes(outcome_store: Path) -> None:
+    """After training, P(success) is calibrated on the held-out episodes: (scale, bias)
+    stored in the heads, the in-sample Brier no worse than the raw one, predictions
+    changed while the raw logit is not; a checkpoint carries it, and a state dict written
+    before calibration existed loads as the identity."""
+    cfg = config(val_fraction=0.4)
+    ds = FrameDataset(outcome_store, **BCFlow.frame_options(cfg))
+    torch.manual_seed(0)
+    learner = BCFlow(cfg, {"policy": 3}, 2, torch.device("cpu"))
+    result = train_offline(learner, ds, seed=0, log_every=10)
+    fitted = result.history[-1]
+    assert {"val_success_scale", "val_success_bias", "val_calibration_frames"} <= set(fitted)
+    assert fitted["val_calibration_frames"] == result.val_items.size  # all, under the cap
+    assert fitted["val_success_brier_calibrated"] <= fitted["val_success_brier_raw"] + 1e-12
+    heads = learner.actor.value_heads
+    assert heads is not None
+    assert float(heads.success_scale) == pytest.approx(fitted["val_success_scale"], rel=1e-6)
+    assert float(heads.success_scale) != 1.0 and float(heads.success_bias) != 0.0
+    obs = {"policy": ds.batch(np.arange(16))["obs/policy"]}
+    pred = learner.actor.predict_values(obs)
+    expected = torch.sigmoid(heads.success_scale * pred["success_logit"] + heads.success_bias)
+    assert torch.allclose(pred["success"], expected)
+    reloaded = BCFlow(cfg, {"policy": 3}, 2, torch.device("cpu"))
+    reloaded.load_state_dict(learner.state_dict())
+    assert torch.equal(reloaded.actor.predict_values(obs)["success"], pred["success"])
+    calibration = ("value_heads.success_scale", "value_heads.success_bias")
+    assert set(calibration) <= set(learner.actor.state_dict())
+    old = {k: v for k, v in learner.actor.state_dict().items() if k not in calibration}
+    legacy = BCFlow.build_actor(cfg, {"policy": 3}, 2)
+    legacy.load_state_dict(old)
+    raw = legacy.predict_values(obs)
+    assert torch.allclose(raw["success"], torch.sigmoid(raw["success_logit"]))
+    ds.close()
+
+
+def test_calibration_off_or_one_outcome(outcome_store: Path) -> None:
+    ds = FrameDataset(outcome_store, **BCFlow.frame_options(config()))
+    off = BCFlow(config(calibrate_success=False, steps=5), {"policy": 3}, 2, torch.device("cpu"))
+    history = train_offline(off, ds, seed=0).history
+    assert not any("val_success_scale" in h for h in history)
+    assert off.actor.value_heads is not None and float(off.actor.value_heads.success_scale) == 1.0
+    learner = BCFlow(config(steps=5), {"policy": 3}, 2, torch.device("cpu"))
+    successes = np.flatnonzero(ds.batch(np.arange(len(ds)))["target/success"].numpy() > 0.5)
+    with pytest.raises(ValueError, match="both outcomes"):
+        learner.calibrate_values(ds, successes)
+    ds.close()

@@ -13,7 +13,7 @@ import torch
 
 from unilab.algos.bc_flow import BCFlow, BCFlowConfig
 from unilab.algos.bc_mse import BCMSE, BCMSEConfig
-from unilab.algos.offline import split_items, train_offline
+from unilab.algos.offline import split_items, spread_items, train_offline
 from unilab.algos.registry import ALGORITHMS
 from unilab.bench.vla_toy import VOCABULARY, mode_fractions, write_toy_store
 from unilab.data.dataset import FrameDataset
@@ -119,6 +119,11 @@ def test_split_is_by_episode_and_deterministic() -> None:
     assert split_items(np.zeros(10, int), 0.5, 0)[1].size == 0  # one episode: nothing held out
     with pytest.raises(ValueError, match="val_fraction"):
         split_items(episodes, 1.0, 0)
+    # validation scores at most val_max_frames, spread over every held-out episode
+    held = np.arange(1000, 2000)
+    spread = spread_items(held, 100)
+    assert spread.size == 100 and spread[0] == 1000 and spread[-1] == 1999
+    assert np.all(np.diff(spread) > 0) and np.array_equal(spread_items(held, 5000), held)
 
 
 def _first_frames_obs(learner, ds: FrameDataset, n: int) -> dict[str, torch.Tensor]:

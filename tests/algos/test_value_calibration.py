@@ -12,8 +12,11 @@ import pytest
 from unilab.algos.value_calibration import (
     average_ranks,
     brier_score,
+    cross_fitted_platt,
     episode_progress_ranking,
+    fit_platt,
     per_episode,
+    platt,
     plot_reliability,
     reliability_bins,
     spearman,
@@ -85,3 +88,46 @@ def test_plot_reliability_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "reliability.png"
     plot_reliability(path, p, (rng.uniform(0, 1, 500) < p).astype(float), n_bins=8)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_platt_fit_recovers_a_known_scale_and_bias() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(0.0, 3.0, 40_000)
+    y = (rng.random(z.size) < 1 / (1 + np.exp(-(0.3 * z - 0.5)))).astype(float)
+    a, b = fit_platt(z, y)
+    assert a == pytest.approx(0.3, abs=0.02) and b == pytest.approx(-0.5, abs=0.05)
+    assert np.allclose(platt(z, a, b), 1 / (1 + np.exp(-(a * z + b))))
+    # separable outcomes stay finite (the ridge), a reversed head becomes the base rate
+    sep_a, sep_b = fit_platt(np.array([-2.0, -1.0, 1.0, 2.0]), np.array([0, 0, 1, 1.0]))
+    assert np.isfinite([sep_a, sep_b]).all() and sep_a > 1
+    rev_a, rev_b = fit_platt(-z, y)
+    assert rev_a == 0.0
+    assert platt(-z[:3], rev_a, rev_b) == pytest.approx(np.full(3, y.mean()), abs=0.01)
+    with pytest.raises(ValueError, match="both outcomes"):
+        fit_platt(z[:10], np.ones(10))
+
+
+def test_cross_fitted_platt_fixes_an_overconfident_head_out_of_sample() -> None:
+    """A head 10x too sure of itself: raw Brier far above the truth's, the cross-fitted
+    probabilities close to it, and each fold scored by a fit on the other episodes only."""
+    rng = np.random.default_rng(1)
+    episodes = np.repeat(np.arange(200), 50)
+    true_logit = np.repeat(rng.normal(0.0, 1.5, 200), 50)
+    y = np.repeat((rng.random(200) < 1 / (1 + np.exp(-true_logit[::50]))).astype(float), 50)
+    z = 10.0 * true_logit
+    truth = brier_score(1 / (1 + np.exp(-true_logit)), y)
+    raw = brier_score(platt(z, 1.0, 0.0), y)
+    crossed = cross_fitted_platt(z, y, episodes, folds=2, seed=0)
+    assert raw > truth + 0.07
+    assert brier_score(crossed, y) < raw - 0.07
+    assert brier_score(crossed, y) == pytest.approx(truth, abs=0.01)
+    # out of sample: with one episode per fold, an episode's own outcome cannot move its
+    # own probabilities
+    loo = cross_fitted_platt(z, y, episodes, folds=200)
+    flipped = y.copy()
+    flipped[episodes == 7] = 1.0 - flipped[episodes == 7]
+    loo_flipped = cross_fitted_platt(z, flipped, episodes, folds=200)
+    assert np.array_equal(loo[episodes == 7], loo_flipped[episodes == 7])
+    assert not np.allclose(loo[episodes != 7], loo_flipped[episodes != 7])
+    with pytest.raises(ValueError, match="folds"):
+        cross_fitted_platt(z, y, episodes, folds=1)

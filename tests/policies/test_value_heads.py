@@ -51,10 +51,16 @@ def test_predictions_have_one_value_per_frame_in_range() -> None:
     heads.time_scale.fill_(4.0)
     with torch.no_grad():
         out = heads.predict(prefix(7))
-    assert set(out) == {"success", "progress", "time_to_go"}
+    assert set(out) == {"success", "success_logit", "progress", "time_to_go"}
     for v in out.values():
         assert v.shape == (7,)
     assert float(out["success"].min()) > 0 and float(out["success"].max()) < 1
+    assert torch.allclose(out["success"], torch.sigmoid(out["success_logit"]))  # identity
+    heads.set_success_calibration(0.5, -1.0)
+    with torch.no_grad():
+        scaled = heads.predict(prefix(7))
+    assert torch.equal(scaled["success_logit"], out["success_logit"])
+    assert torch.allclose(scaled["success"], torch.sigmoid(0.5 * out["success_logit"] - 1.0))
     assert float(out["progress"].min()) > 0 and float(out["progress"].max()) < 1
     assert float(out["time_to_go"].min()) >= 0
     # Padding tokens are not pooled: changing them changes nothing.
@@ -110,7 +116,7 @@ def test_switch_is_off_by_default_and_errors_name_it() -> None:
     with_heads = small_policy(value_heads=True)
     values = with_heads.predict_values(obs)
     assert {k: tuple(v.shape) for k, v in values.items()} == {
-        "success": (3,), "progress": (3,), "time_to_go": (3,)
+        "success": (3,), "success_logit": (3,), "progress": (3,), "time_to_go": (3,)
     }  # fmt: skip
     loss, metrics = with_heads.loss(
         obs,

@@ -378,6 +378,12 @@ class AWRFlow(BehaviorCloning):
         out.update(self.stats)
         return out
 
+    def value_observations(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """With the null advantage indicator, as the advantages' own value predictions."""
+        rows = next(iter(batch.values())).shape[0]
+        null = torch.full((rows,), adv.NULL, dtype=torch.int64)
+        return self.observations({**batch, ADVANTAGE_FIELD: null}, augment=False)
+
     @torch.no_grad()
     def validate(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """As bc_flow, conditioned on each held-out frame's unmasked indicator."""

@@ -25,10 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from unilab.algos.base import Algorithm
+from unilab.algos.success_calibration import calibrate_success
 from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images, vector_noise
@@ -68,7 +70,7 @@ class BCConfig(AlgoConfig):
     val_every: int = 500
     """Validate every this many steps (and at the end)."""
     val_max_frames: int = 1024
-    """Held-out frames scored per validation."""
+    """Held-out frames scored per validation (evenly spread over the held-out episodes)."""
     vocab_size: int = checked(0, ge=0)
     """Instruction vocabulary size; 0 (the default) takes the task's shipped vocabulary
     (`Task.vocabulary`) when the config is composed. Tasks without instructions: unused."""
@@ -96,6 +98,11 @@ class BCConfig(AlgoConfig):
     outcomes; `policies/vla/value_heads.py`) beside the action loss; 0: no value heads.
     > 0 builds the heads (`model.value_heads`) and needs every episode's success metadata
     in the store."""
+    calibrate_success: bool = True
+    """With value heads: after training, Platt-scale P(success) on the held-out episodes
+    (`unilab.algos.success_calibration`); off: the raw head."""
+    calibration_max_frames: int = checked(20000, ge=1)
+    """Held-out frames the calibration reads at most (evenly spread over all of them)."""
 
     def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
         """Called by `compose`: the vocabulary size comes from the task's own words."""
@@ -456,6 +463,32 @@ class BehaviorCloning(Algorithm):
                 val_ttg_mae=sums["ttg_abs_sum"] / defined,
             )
         return out
+
+    def value_observations(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The policy inputs the value heads are calibrated on (no augmentation)."""
+        return self.observations(batch, augment=False)
+
+    def calibrate_values(self, frames: Any, items: np.ndarray) -> dict[str, float]:
+        """Platt-scale P(success) on held-out `items` (the offline loop calls it after
+        training; `unilab.algos.success_calibration`); {} without value heads or with
+        `calibrate_success` off."""
+        if self.cfg.value_weight <= 0 or not self.cfg.calibrate_success or items.size == 0:
+            return {}
+        return calibrate_success(
+            [self.actor, self.policy],
+            frames,
+            items,
+            self.value_observations,
+            batch_size=self.cfg.batch_size,
+            max_frames=self.cfg.calibration_max_frames,
+            device=self.device,
+        )
+
+    def reset_calibration(self) -> None:
+        """Back to the raw P(success) (training moves the weights a calibration was fit on)."""
+        for policy in (self.actor, self.policy):
+            if policy.value_heads is not None:
+                policy.value_heads.set_success_calibration(1.0, 0.0)
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

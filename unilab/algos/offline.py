@@ -91,6 +91,14 @@ class OfflineResult:
         return vals[-1] if vals else {}
 
 
+def spread_items(items: np.ndarray, max_frames: int) -> np.ndarray:
+    """All `items`, or `max_frames` of them evenly strided, so every held-out episode
+    contributes (a prefix would keep only the first few episodes)."""
+    if items.size <= max_frames:
+        return items
+    return items[np.linspace(0, items.size - 1, max_frames).round().astype(np.int64)]
+
+
 def item_episodes(frames: Any) -> np.ndarray:
     """Episode index of every item of a frame source."""
     if hasattr(frames, "episode_of") and hasattr(frames, "indices"):
@@ -241,7 +249,10 @@ class OfflineTrainer:
         )
         if self.train_items.size == 0:
             raise ValueError("no training frames: the frame source is empty")
-        self.val_items = self.val_items[: cfg.val_max_frames]
+        self.held_out_items = self.val_items
+        """Every held-out frame (validation scores `val_max_frames` of them, spread over
+        all held-out episodes; the value heads' calibration reads them all)."""
+        self.val_items = spread_items(self.val_items, cfg.val_max_frames)
         self.steps_done = 0
         """Gradient steps taken in this session (a resumed learner counts on from its own)."""
         self._loader: _Prefetcher | None = None
@@ -258,6 +269,11 @@ class OfflineTrainer:
         prepare = getattr(learner, "prepare_frames", None)
         if callable(prepare):
             prepare(self.frames, self.train_items, self.seed)
+        # A calibration fitted after earlier training (`calibrate`) is stale once the
+        # weights move: back to the identity, after `prepare_frames` has read values with it.
+        reset = getattr(learner, "reset_calibration", None)
+        if callable(reset):
+            reset()
         draw = getattr(learner, "draw_items", None)
         self._loader = _Prefetcher(
             self.frames,
@@ -282,6 +298,15 @@ class OfflineTrainer:
         """Held-out metrics of the EMA policy (`val_loss`, `val_action_mse`, `val_frames`);
         {} when nothing is held out."""
         return validate(self.learner, self.frames, self.val_items, self.learner.cfg.batch_size)
+
+    def calibrate(self) -> dict[str, float]:
+        """After training: the learner's post-hoc calibration on the held-out frames
+        (`calibrate_values`, e.g. Platt scaling of a VLA's P(success)); {} when it has
+        none, or nothing is held out."""
+        calibrate = getattr(self.learner, "calibrate_values", None)
+        if not callable(calibrate) or self.held_out_items.size == 0:
+            return {}
+        return dict(calibrate(self.frames, self.held_out_items))
 
     def close(self) -> None:
         if self._loader is not None:
@@ -345,6 +370,12 @@ def train_offline(
     seconds = time.perf_counter() - t0
     if trainer.val_items.size:
         emit(trainer.validate())
+    try:
+        calibration = trainer.calibrate()
+    except ValueError:  # e.g. every held-out episode has the same outcome
+        calibration = {"calibration_skipped": 1.0}
+    if calibration:
+        emit({f"val_{k}": v for k, v in calibration.items()})
     return OfflineResult(
         steps=learner.step,
         seconds=seconds,

@@ -1,6 +1,8 @@
 """Calibration of the value heads (issue 16), in plain numpy: is P(success) a probability
 (Brier score, reliability bins), and does predicted progress order episodes the way their
-true progress does (Spearman rank correlation over episodes)?
+true progress does (Spearman rank correlation over episodes)? And the fix when it is not a
+probability: Platt scaling, sigmoid(a z + b) of the head's logit z, fitted on held-out
+episodes (`fit_platt`; `cross_fitted_platt` scores it on episodes the fit never saw).
 
 Spearman is computed here (Pearson correlation of average ranks) rather than taken from
 scipy, which unilab does not depend on. `plot_reliability` draws the reliability diagram
@@ -40,6 +42,91 @@ def brier_score(p: ArrayLike, y: ArrayLike) -> float:
     if pa.min() < 0 or pa.max() > 1:
         raise ValueError(f"p must be probabilities in [0, 1], got [{pa.min()}, {pa.max()}]")
     return float(np.mean((pa - ya) ** 2))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
+
+
+def _bce(theta: np.ndarray, z: np.ndarray, y: np.ndarray, ridge: float) -> float:
+    u = theta[0] * z + theta[1]
+    # log(1 + e^u) - y u, written to stay finite for large |u|
+    loss = np.mean(np.logaddexp(0.0, u) - y * u)
+    return float(loss + 0.5 * ridge * ((theta[0] - 1.0) ** 2 + theta[1] ** 2))
+
+
+def fit_platt(
+    logits: ArrayLike, outcomes: ArrayLike, ridge: float = 1e-4, iters: int = 100
+) -> tuple[float, float]:
+    """Platt scaling: (a, b) minimising the binary cross-entropy of sigmoid(a z + b)
+    against the outcomes (0 or 1), by damped Newton steps from (1, 0), with a small ridge
+    pull toward (1, 0) so the fit stays finite when the logits separate the outcomes, and
+    a >= 0: a head whose ranking is wrong on held-out data becomes the constant base rate
+    (a = 0), never its own inverse.
+
+    Why it is needed: a success head trained on a few hundred episodes learns which
+    episode a frame comes from and pushes its logits to +-10 and beyond; its *ranking*
+    still carries signal, and a ~10x smaller scale turns it into probabilities
+    (`bench/results/value_heads_*`). Raises ValueError when every outcome is the same."""
+    z, y = _flat(logits, "logits"), _flat(outcomes, "outcomes")
+    _same_length(z, y, "logits and outcomes")
+    if y.min() == y.max():
+        raise ValueError(
+            f"Platt scaling needs both outcomes among the frames; all {z.size} are {y[0]:g}"
+        )
+    x = np.stack([z, np.ones_like(z)], axis=1)
+    theta = np.array([1.0, 0.0])
+    loss = _bce(theta, z, y, ridge)
+    for _ in range(iters):
+        p = _sigmoid(x @ theta)
+        grad = x.T @ (p - y) / z.size + ridge * (theta - np.array([1.0, 0.0]))
+        hess = (x * (p * (1 - p))[:, None]).T @ x / z.size + ridge * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        scale = 1.0
+        while scale > 1e-6:  # halve the step until the loss does not rise
+            trial = theta - scale * step
+            trial[0] = max(trial[0], 0.0)  # a >= 0: a head never gets its sign flipped
+            trial_loss = _bce(trial, z, y, ridge)
+            if trial_loss <= loss:
+                break
+            scale *= 0.5
+        else:
+            break
+        converged = loss - trial_loss < 1e-12
+        theta, loss = trial, trial_loss
+        if converged:
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def platt(logits: ArrayLike, a: float, b: float) -> np.ndarray:
+    """sigmoid(a z + b): the calibrated probabilities of logits z."""
+    return _sigmoid(a * _flat(logits, "logits") + b)
+
+
+def cross_fitted_platt(
+    logits: ArrayLike, outcomes: ArrayLike, episode_ids: ArrayLike, folds: int = 2, seed: int = 0
+) -> np.ndarray:
+    """Out-of-fold calibrated probabilities: the episodes are shuffled (seeded) into
+    `folds` groups, and each group's frames are scaled by the Platt fit on the others, so
+    no frame is scored by a fit that saw its episode. The honest score of calibration."""
+    z, y = _flat(logits, "logits"), _flat(outcomes, "outcomes")
+    _same_length(z, y, "logits and outcomes")
+    ids = np.asarray(episode_ids).reshape(-1)
+    if ids.shape != z.shape:
+        raise ValueError(f"episode_ids has {ids.size} entries for {z.size} logits")
+    episodes = np.unique(ids)
+    if not 2 <= folds <= episodes.size:
+        raise ValueError(f"folds={folds} must be in [2, episodes={episodes.size}]")
+    order = np.random.default_rng(seed).permutation(episodes)
+    group = dict(zip(order.tolist(), (np.arange(episodes.size) % folds).tolist(), strict=True))
+    frame_group = np.array([group[e] for e in ids.tolist()])
+    out = np.empty_like(z)
+    for k in range(folds):
+        test = frame_group == k
+        a, b = fit_platt(z[~test], y[~test])
+        out[test] = platt(z[test], a, b)
+    return out
 
 
 def reliability_bins(

@@ -50,6 +50,8 @@ class OfflineLoop(TrainLoop):
         self.trainer: OfflineTrainer | None = None
         self.validation: dict[str, float] = {}
         """The newest held-out metrics."""
+        self.calibration: dict[str, float] = {}
+        """The value heads' post-hoc calibration (`_calibrate`), when there was one."""
         self.train_means: dict[str, float] = {}
         """The newest logged means of the training metrics."""
         self.start_step = 0
@@ -185,6 +187,8 @@ class OfflineLoop(TrainLoop):
             row = self._validate()
             if row:
                 runner.log(row)
+        if not stop and reason != "stopped":
+            self._calibrate(bar)
         self.seconds = time.perf_counter() - t0
         return reason
 
@@ -195,6 +199,26 @@ class OfflineLoop(TrainLoop):
         with self.runner.prof.section("validate"):
             self.validation = self.trainer.validate()
         return {f"val/{k.removeprefix('val_')}": v for k, v in self.validation.items()}
+
+    def _calibrate(self, bar: TrainingProgress) -> None:
+        """Post-hoc calibration of the value heads on the held-out episodes, before the
+        final checkpoint (`OfflineTrainer.calibrate`)."""
+        assert self.trainer is not None
+        try:
+            with self.runner.prof.section("calibrate"):
+                fitted = self.trainer.calibrate()
+        except ValueError as exc:  # e.g. every held-out episode succeeded
+            bar.print(f"value heads left uncalibrated: {exc}")
+            return
+        if fitted:
+            self.runner.log({f"val/{k}": v for k, v in fitted.items()})
+            self.calibration = fitted
+            bar.print(
+                f"P(success) calibrated on {fitted['calibration_frames']:.0f} held-out frames: "
+                f"sigmoid({fitted['success_scale']:.3g} z + {fitted['success_bias']:.3g}); "
+                f"Brier {fitted['success_brier_raw']:.3f} -> "
+                f"{fitted['success_brier_calibrated']:.3f} (in-sample)"
+            )
 
     def finish(self) -> None:
         if self.trainer is not None:
@@ -224,6 +248,7 @@ class OfflineLoop(TrainLoop):
             "stop_reason": result.stop_reason,
             "train": self.train_means,
             "validation": val,
+            "calibration": self.calibration,
             "data": {
                 "store": runner.cfg.data.store,
                 "train_frames": int(self.trainer.train_items.size) if self.trainer else 0,
