@@ -156,6 +156,8 @@ class CartpoleBalance(Task):
     def task_metrics(self) -> dict[str, np.ndarray]:
         q = self.sim.qpos
         # Scored at an episode's last step: 1 when it ran to the time limit balanced.
-        on_rail = self.cfg.center_tolerance if self.cfg.success_at_center else self.cfg.max_cart_pos
-        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (np.abs(q[:, 0]) <= on_rail)
+        cart_limit = (
+            self.cfg.center_tolerance if self.cfg.success_at_center else self.cfg.max_cart_pos
+        )
+        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (np.abs(q[:, 0]) <= cart_limit)
         return {"pole_angle_abs": np.abs(q[:, 1]), "success": upright.astype(np.float32)}
