@@ -157,3 +157,31 @@ class ValueHeads(nn.Module):
             "progress": torch.sigmoid(progress_logit),
             "time_to_go": ttg * self.time_scale,
         }
+
+
+def value_sums(pred: Mapping[str, torch.Tensor], targets: ValueTargets) -> dict[str, torch.Tensor]:
+    """Summed held-out errors of the heads' predictions (pooled over batches, then divided
+    by `value_metrics`): squared error of P(success) (the Brier score's numerator), the
+    successes, and the progress and time-to-go absolute errors where they are defined."""
+    mask = targets.has_progress
+    return {
+        "success_sq_sum": (pred["success"] - targets.success).square().sum(),
+        "success_sum": targets.success.sum(),
+        "progress_abs_sum": ((pred["progress"] - targets.progress).abs() * mask).sum(),
+        "ttg_abs_sum": ((pred["time_to_go"] - targets.time_to_go).abs() * mask).sum(),
+        "progress_frames": mask.sum(),
+    }
+
+
+def value_metrics(sums: Mapping[str, float]) -> dict[str, float]:
+    """Pooled `value_sums`, with `frames` (the frame count the caller pools beside them)
+    -> `val_success_brier`, `val_success_rate`, `val_progress_mae`, `val_ttg_mae` (s)."""
+    frames = max(sums["frames"], 1.0)
+    defined = max(sums["progress_frames"], 1.0)
+    return {
+        "val_success_brier": sums["success_sq_sum"] / frames,
+        # The constant predictor's Brier score is rate x (1 - rate): the bar to beat.
+        "val_success_rate": sums["success_sum"] / frames,
+        "val_progress_mae": sums["progress_abs_sum"] / defined,
+        "val_ttg_mae": sums["ttg_abs_sum"] / defined,
+    }

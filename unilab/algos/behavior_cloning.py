@@ -36,7 +36,13 @@ from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images, vector_noise
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.policy import VLAPolicy
-from unilab.policies.vla.value_heads import TARGET_NAMES, TARGET_PREFIX, ValueTargets
+from unilab.policies.vla.value_heads import (
+    TARGET_NAMES,
+    TARGET_PREFIX,
+    ValueTargets,
+    value_metrics,
+    value_sums,
+)
 
 VAL_SEED = 12345
 
@@ -453,15 +459,7 @@ class BehaviorCloning(Algorithm):
             "val_frames": sums["frames"],
         }
         if "success_sq_sum" in sums:
-            frames = max(sums["frames"], 1.0)
-            defined = max(sums["progress_frames"], 1.0)
-            out.update(
-                val_success_brier=sums["success_sq_sum"] / frames,
-                # The constant predictor's Brier score is rate x (1 - rate): the bar to beat.
-                val_success_rate=sums["success_sum"] / frames,
-                val_progress_mae=sums["progress_abs_sum"] / defined,
-                val_ttg_mae=sums["ttg_abs_sum"] / defined,
-            )
+            out.update(value_metrics(sums))
         return out
 
     def value_observations(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -506,17 +504,3 @@ class BehaviorCloning(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.generator.set_state(state["generator"])
-
-
-def value_sums(pred: Mapping[str, torch.Tensor], targets: ValueTargets) -> dict[str, torch.Tensor]:
-    """Summed held-out errors of the value heads (pooled over batches, divided in
-    `validation_metrics`): squared error of P(success) (the Brier score's numerator), the
-    successes, and the progress and time-to-go absolute errors where they are defined."""
-    mask = targets.has_progress
-    return {
-        "success_sq_sum": (pred["success"] - targets.success).square().sum(),
-        "success_sum": targets.success.sum(),
-        "progress_abs_sum": ((pred["progress"] - targets.progress).abs() * mask).sum(),
-        "ttg_abs_sum": ((pred["time_to_go"] - targets.time_to_go).abs() * mask).sum(),
-        "progress_frames": mask.sum(),
-    }
