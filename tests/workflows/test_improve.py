@@ -1,7 +1,8 @@
 """`unilab improve` end to end on a tiny setup: a bc_flow run on expert demonstrations, two
 rounds of rollouts (recorded with their outcomes), awr_flow from the previous run (the
 second round blends in GAE over the first round's value heads), evaluation and the rounds'
-JSON; clear errors for bad inputs before anything starts."""
+JSON; a round whose rollouts the scripted expert takes over (`--takeover-after`), and the
+same flag on `unilab play`; clear errors for bad inputs before anything starts."""
 
 from __future__ import annotations
 
@@ -124,6 +125,44 @@ def test_one_improve_round_end_to_end(bc_run: Path, tmp_path: Path) -> None:
         second["store_frames"]["episodes"]
         == frames["episodes"] + (second["rollouts"]["recorded_episodes"])
     )
+
+
+def test_a_round_with_expert_takeovers_trains_on_interventions(
+    bc_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "hil"
+    argv = ["improve", str(bc_run), "--episodes", "3", "--eval-episodes", "2"]
+    argv += ["--takeover-after", "0.5", "--out", str(out), "algo.steps=2", "algo.batch_size=16"]
+    assert main(argv) == 0
+    (summary,) = json.loads((out / "improve.json").read_text())["rounds"]
+    rollouts = summary["rollouts"]
+    # the 4-step policy finishes nothing in half a second: the expert takes every episode
+    assert rollouts["takeover"]["episodes"] == rollouts["episodes"] >= 3
+    assert rollouts["success_rate"] == 0.0  # the policy's own successes
+    takeover_step = round(0.5 / 0.05)  # arm_move_side runs at 20 Hz
+    with EpisodeStore.open(rollouts["store"], "r") as st:
+        assert len(st) == rollouts["recorded_episodes"]
+        for i in range(len(st)):
+            flags = st.episode(i, ["is_intervention"])["is_intervention"]
+            assert not flags[:takeover_step].any() and flags[takeover_step:].all()
+            assert st.meta(i).success is False and st.meta(i).tags["intervened"] is True
+        rescued = sum(bool(m.tags["task_success"]) for m in st.all_meta())
+    assert rescued == rollouts["takeover"]["rescued"]
+    # the loop's store carries the intervention flags: awr_flow pins those frames at +1
+    with EpisodeStore.open(out / "store.zarr", "r") as loop_store:
+        assert loop_store.read("is_intervention").sum() > 0
+
+
+def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path) -> None:
+    store = tmp_path / "played.zarr"
+    argv = ["play", str(bc_run), "--episodes", "2", "--takeover-after", "0.25", "--no-video"]
+    assert main([*argv, "--out", str(tmp_path), f"record={store}"]) == 0
+    with EpisodeStore.open(store, "r") as st:
+        flags = st.read("is_intervention")
+        assert len(st) == 2 and flags.any() and not flags.all()
+    bad = ["play", str(bc_run), "--takeover-after", "-1", "--out", str(tmp_path)]
+    assert main(bad) == 2
+    assert main(["play", "expert", "task=arm_move_side", "--takeover-after", "1"]) == 2
 
 
 def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: Path) -> None:

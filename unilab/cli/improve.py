@@ -28,6 +28,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="rollouts of round k use seed + 1000 k (default 0)"
     )
     p.add_argument(
+        "--takeover-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="HIL in simulation: the task's scripted expert takes over every rollout episode "
+        "still running after S seconds; its frames train as interventions (default: off)",
+    )
+    p.add_argument(
         "--out",
         help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
     )
@@ -51,6 +59,7 @@ def _run(args: argparse.Namespace) -> int:
         eval_seed=args.eval_seed,
         seed=args.seed,
         overrides=overrides,
+        takeover_after_s=args.takeover_after,
     )
     return 0
 

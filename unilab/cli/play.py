@@ -101,6 +101,14 @@ def rollout_arguments(p: argparse.ArgumentParser) -> None:
     execution_arguments(p)
     alert_arguments(p)
     p.add_argument(
+        "--takeover-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="HIL in simulation: the task's scripted expert takes over every episode still "
+        "running after S seconds; with record=, its frames are stored as interventions",
+    )
+    p.add_argument(
         "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
     )
     p.add_argument(
@@ -151,9 +159,15 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
     overrides = [t for t in items if not t.startswith("record=")]
     policy: LoadedPolicy | ExpertSource
     alerts = None
+    if args.takeover_after is not None and not args.takeover_after >= 0:
+        raise ConfigError(f"--takeover-after={args.takeover_after} must be seconds >= 0")
     if target == EXPERT:
         if args.alerts:
             raise ConfigError(f"unilab {verb} expert: --alerts needs a policy with value heads")
+        if args.takeover_after is not None:
+            raise ConfigError(
+                f"unilab {verb} expert: --takeover-after needs a policy to take over from"
+            )
         policy = ExpertSource()
         task_cfg, sim_cfg = _expert_configs(overrides, verb)
         task_name = task_cfg.name  # type: ignore[attr-defined]
@@ -187,10 +201,15 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         noise_seed=args.noise_seed,
         alerts=alerts,
         on_alert=_print_alert if alerts is not None else None,
+        takeover_after_s=args.takeover_after,
         **execution_options(args),  # type: ignore[arg-type]
     )
     if record:
         print(f"recorded {len(result.recorded_episodes)} episodes to {record[-1]}")
+    if args.takeover_after is not None:
+        taken = [e for e in result.episodes if e["intervened"]]
+        rescued = sum(bool(e["success"]) for e in taken)
+        print(f"the expert took over {len(taken)} episodes ({rescued} rescued)")
     for note in result.notes:
         print(f"unilab {verb}: {note}", file=sys.stderr)
     returns = [round(e["return"], 4) for e in result.episodes]

@@ -6,6 +6,12 @@ and the end flags; an env's episode is appended (atomically) when it ends, with 
 `success` metric at its last step as the episode's `success` metadata (when the task has
 one: value-head targets and `awr_flow` advantages read it). Episodes still running when
 play stops are not recorded.
+
+With a takeover (`intervention` given), the frames a takeover drove are marked
+`is_intervention`, and an episode with any such frame is stored as a *policy* failure
+(`success` False; the task's own outcome, the rescue, in `tags["task_success"]`, and
+`tags["intervened"]` True): its policy frames led to the takeover, so advantages and
+success heads must not credit them with the expert's rescue.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class PlayRecorder:
         )
         self.policy_version = policy_version
         self.episodes: list[int] = []
+        self._intervened = np.zeros(num_envs, dtype=bool)
 
     def add(
         self,
@@ -52,16 +59,25 @@ class PlayRecorder:
         terminated: np.ndarray,
         truncated: np.ndarray,
         success: np.ndarray | None = None,
+        intervention: np.ndarray | None = None,
     ) -> None:
         """One step of every env; `success` (n_envs,) the task's success metric, read at
-        the steps where an env's episode ends."""
-        if success is not None:
-            ended = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
-            for env in ended:
-                meta = dataclasses.replace(
-                    self.writer.default_meta, success=bool(np.asarray(success)[env] > 0.5)
-                )
-                self.writer.set_meta(int(env), meta)
+        the steps where an env's episode ends; `intervention` (n_envs,) bool: the envs whose
+        action a takeover chose (see the module doc)."""
+        if intervention is not None:
+            self._intervened |= np.asarray(intervention, dtype=bool)
+        ended = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
+        for env in ended:
+            task_success = None if success is None else bool(np.asarray(success)[env] > 0.5)
+            if self._intervened[env]:
+                base = self.writer.default_meta
+                tags = {**base.tags, "intervened": True, "task_success": task_success}
+                meta = dataclasses.replace(base, success=False, tags=tags)
+            elif task_success is not None:
+                meta = dataclasses.replace(self.writer.default_meta, success=task_success)
+            else:
+                continue
+            self.writer.set_meta(int(env), meta)
         frames: dict[str, Any] = {name: obs[g] for g, name in self.fields.items()}
         frames.update(
             action=actions,
@@ -70,7 +86,10 @@ class PlayRecorder:
             truncated=truncated,
             policy_version=np.full(len(reward), self.policy_version, np.int64),
         )
+        if intervention is not None:
+            frames["is_intervention"] = np.asarray(intervention, dtype=bool)
         self.episodes += self.writer.add_step(frames)
+        self._intervened[ended] = False
 
     def close(self) -> list[int]:
         """Commit finished episodes, drop unfinished ones; returns the recorded indices."""

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mujoco
 import numpy as np
@@ -45,6 +45,9 @@ from unilab.runtime.rollout import StepInfo, rollout
 from unilab.tasks.base import IMAGE_PREFIX, Task
 from unilab.utils.atomic import atomic_write_text
 from unilab.viz.recorder import RolloutRecorder
+
+if TYPE_CHECKING:
+    from unilab.tasks.experts.base import ScriptedExpert
 from unilab.viz.video import (
     Mp4Writer,
     RenderUnavailableError,
@@ -100,21 +103,28 @@ def _seed_counter(first: int) -> Iterator[int]:
         seed += 1
 
 
+def _expert(task: Task, seed: int) -> ScriptedExpert:
+    """The task's scripted expert; a ValueError for a task without one."""
+    from unilab.tasks.experts import EXPERTS, make_expert
+    from unilab.tasks.tabletop import TabletopTask
+
+    if task.cfg.name not in EXPERTS or not isinstance(task, TabletopTask):
+        raise ValueError(
+            f"task {task.cfg.name!r} has no scripted expert; tasks with one: "
+            f"{', '.join(EXPERTS.names())}"
+        )
+    return make_expert(task, seed=seed)
+
+
 def _actor(policy: LoadedPolicy | ExpertSource, task: Task, seed: int) -> Policy[np.ndarray]:
     """The policy to roll out in `task`; a ValueError when it does not fit the task."""
     if isinstance(policy, ExpertSource):
         from unilab.runtime.expert_policy import ExpertPolicy
-        from unilab.tasks.experts import EXPERTS, make_expert
-        from unilab.tasks.tabletop import TabletopTask
 
-        if task.cfg.name not in EXPERTS or not isinstance(task, TabletopTask):
-            raise ValueError(
-                f"task {task.cfg.name!r} has no scripted expert; tasks with one: "
-                f"{', '.join(EXPERTS.names())}"
-            )
+        expert = _expert(task, seed)
         seeds = _seed_counter(seed)
         task.episode_seeder = lambda ids: np.array([next(seeds) for _ in ids], np.int64)
-        return ExpertPolicy(make_expert(task, seed=seed))
+        return ExpertPolicy(expert)
     from unilab.deploy.policy_source import check_fits
 
     check_fits(policy, task)
@@ -143,12 +153,16 @@ def play(
     noise_seed: int | None = None,
     alerts: AlertOptions | None = None,
     on_alert: Callable[[Alert], None] | None = None,
+    takeover_after_s: float | None = None,
 ) -> PlayResult:
     """`record`: an episode store path; the finished episodes are appended to it.
     Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
     ensembling (default: the policy's own settings), the flow's noise drawn from
     `noise_seed` (default: `seed`). `alerts`: live failure alerts from the policy's value
-    heads, each passed to `on_alert` when raised (`NoValueHeadsError` without them)."""
+    heads, each passed to `on_alert` when raised (`NoValueHeadsError` without them).
+    `takeover_after_s`: the task's scripted expert drives every episode still running after
+    that many seconds (`unilab.runtime.takeover`); recorded frames are then marked
+    `is_intervention`, and such episodes are stored as policy failures."""
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -159,6 +173,22 @@ def play(
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     actor = _actor(policy, task, seed)
+    takeover = None
+    if takeover_after_s is not None:
+        if isinstance(policy, ExpertSource):
+            task.close()
+            raise ValueError("a takeover hands the expert's own episodes to itself; play a policy")
+        if not (math.isfinite(takeover_after_s) and takeover_after_s >= 0):
+            task.close()
+            raise ValueError(f"takeover_after_s={takeover_after_s} must be seconds >= 0")
+        from unilab.runtime.takeover import ExpertTakeover
+
+        try:
+            expert = _expert(task, seed)
+        except ValueError:
+            task.close()
+            raise
+        takeover = ExpertTakeover(expert, round(takeover_after_s / task.control_dt))
     monitor = None
     if alerts is not None:
         try:
@@ -222,6 +252,7 @@ def play(
                 out.terminated,
                 out.truncated,
                 success=out.extras.get("success"),  # the episode outcome, as metadata
+                intervention=info.intervention,
             )
         film.capture(out.obs)
         if recorder is not None:
@@ -244,6 +275,7 @@ def play(
             n_act=n_act,
             ensemble_decay=ensemble_decay,
             noise_seed=seed if noise_seed is None else noise_seed,
+            takeover=takeover,
         )
     finally:
         task.close()

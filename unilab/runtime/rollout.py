@@ -64,6 +64,9 @@ class StepInfo:
     result: StepResult
     planned: np.ndarray
     """(N,) bool: envs for which the policy planned a new chunk at this step."""
+    intervention: np.ndarray | None = None
+    """(N,) bool: envs whose action came from a takeover (`rollout(takeover=...)`); None
+    without one."""
 
 
 @dataclass
@@ -77,6 +80,8 @@ class Episode:
     metrics: dict[str, float] = field(default_factory=dict)
     """Each task metric (`StepResult.extras`: tracking error, lift height, ...) averaged
     over the episode's steps."""
+    intervened: bool = False
+    """A takeover drove some of the episode's steps (so `success` is not the policy's alone)."""
 
     def to_dict(self) -> dict[str, Any]:
         """{env, return, length, success, reasons, metrics}: the eval report's episode row."""
@@ -87,6 +92,7 @@ class Episode:
             "success": self.success,
             "reasons": list(self.reasons),
             "metrics": dict(self.metrics),
+            "intervened": self.intervened,
         }
 
 
@@ -123,6 +129,7 @@ def rollout(
     noise_seed: int = 0,
     on_step: Callable[[StepInfo], None] | None = None,
     obs: dict[str, np.ndarray] | None = None,
+    takeover: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> RolloutResult:
     """Run `policy` in `task` until `steps` steps or `episodes` counted episodes, whichever
     comes first (at least one limit is needed).
@@ -133,7 +140,8 @@ def rollout(
     (default: the policy's own `n_act` for a `ChunkedPolicy`, else all H of them).
     `ensemble_decay` (temporal ensembling; default: the policy's own setting) and
     `noise_seed` apply to policies with their own executor (the VLA), whose sampled chunks
-    then depend only on the seeds.
+    then depend only on the seeds. `takeover`: maps the policy's actions to the executed
+    ones and a (N,) intervention mask each step (`unilab.runtime.takeover.ExpertTakeover`).
     """
     if steps is None and episodes is None:
         raise ValueError("rollout needs a limit: steps=..., episodes=... or both")
@@ -156,11 +164,16 @@ def rollout(
     counted = np.zeros(task.num_envs, dtype=bool)
     sums: dict[str, np.ndarray] = {}  # per metric, (N,) sums over each env's episode
     steps_in = np.zeros(task.num_envs)  # steps summed (an episode may predate the rollout)
+    intervened = np.zeros(task.num_envs, dtype=bool)
     step = 0
     while (steps is None or step < steps) and (episodes is None or len(result.episodes) < episodes):
         current = obs
         actions = stepper(current)
         planned = stepper.replanned.copy()
+        intervention = None
+        if takeover is not None:
+            actions, intervention = takeover(actions)
+            intervened |= intervention
         out = task.step(actions)
         step += 1
         ended = out.terminated | out.truncated
@@ -181,15 +194,17 @@ def rollout(
                     reasons=sorted(k for k, v in out.reasons.items() if v[env]),
                     success=None if success is None else bool(success[env] > 0.5),
                     metrics={k: float(v[env]) / n for k, v in sorted(sums.items())},
+                    intervened=bool(intervened[env]),
                 )
             )
         for values in sums.values():
             values[ended] = 0.0
         steps_in[ended] = 0
+        intervened[ended] = False
         if one_per_env:
             counted |= ended
         if on_step is not None:
-            on_step(StepInfo(step, current, actions, out, planned))
+            on_step(StepInfo(step, current, actions, out, planned, intervention))
         obs = out.obs
     result.steps = step
     result.obs = obs

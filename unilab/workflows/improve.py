@@ -18,6 +18,13 @@ Each round is one run directory, made in four steps:
    episodes, store frames by origin and by sampling source, advantage statistics); the whole
    loop in `improve.json` (with the starting run's own evaluation as round 0).
 
+With `takeover_after_s` (`--takeover-after S`) the rollouts are HIL in simulation: the
+task's scripted expert takes over every episode still running after S seconds
+(`unilab.runtime.takeover`), its frames stored as interventions (`is_intervention`: the
+fixed demonstration advantage in awr_flow) and the episode as a policy failure. The round
+then reports the policy's own success (episodes it finished before any takeover) beside
+the rescued share.
+
 Layout under `out` (default `RUN/improve`): `store.zarr`, `round_1/` (`rollouts.zarr` and
 `rollouts.json` from play, `runs/<task>/awr_flow/<ts>/` the run, `round.json`), `round_2/`, ..., `improve.json`.
 The round's training config is the starting run's saved task, sim, runtime, eval and logging
@@ -216,9 +223,15 @@ def evaluate_run(run: Path, episodes: int, seed: int) -> dict[str, Any]:
 
 
 def record_rollouts(
-    run: Path, store: Path, folder: Path, episodes: int, seed: int
+    run: Path,
+    store: Path,
+    folder: Path,
+    episodes: int,
+    seed: int,
+    takeover_after_s: float | None = None,
 ) -> dict[str, Any]:
-    """Roll out `run` into `folder/rollouts.zarr`, append those episodes to `store`."""
+    """Roll out `run` into `folder/rollouts.zarr` (with expert takeovers after
+    `takeover_after_s` seconds when given), append those episodes to `store`."""
     from unilab.deploy.play import play
     from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
@@ -239,21 +252,37 @@ def record_rollouts(
         video=False,
         rerun=False,
         record=rollout_store,
+        takeover_after_s=takeover_after_s,
     )
     added = append_episodes(rollout_store, store)
-    rated = [e["success"] for e in result.episodes if e["success"] is not None]
-    return {
+    rated = [e for e in result.episodes if e["success"] is not None]
+    own = [bool(e["success"]) and not e["intervened"] for e in rated]
+    summary: dict[str, Any] = {
         "episodes": len(result.episodes),
         "recorded_episodes": added,
         "store": str(rollout_store),
-        "success_rate": float(np.mean(rated)) if rated else None,
+        "success_rate": float(np.mean(own)) if rated else None,
         "steps": result.steps,
         "seed": seed,
     }
+    if takeover_after_s is not None:
+        taken = [e for e in rated if e["intervened"]]
+        summary["takeover"] = {
+            "after_s": takeover_after_s,
+            "episodes": len(taken),
+            "rescued": sum(bool(e["success"]) for e in taken),
+        }
+    return summary
 
 
 def format_rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def taken_note(rollouts: dict[str, Any]) -> str:
+    """', N taken over (M rescued)' for rollouts with takeovers, else ''."""
+    taken = rollouts.get("takeover")
+    return f", {taken['episodes']} taken over ({taken['rescued']} rescued)" if taken else ""
 
 
 def improve(
@@ -266,11 +295,13 @@ def improve(
     eval_seed: int = 12345,
     seed: int = 0,
     overrides: Sequence[str] = (),
+    takeover_after_s: float | None = None,
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
     written to `out/improve.json`. `eval_episodes` defaults to `episodes`; rollouts of
-    round k use seed `seed + 1000 k`, evaluation `eval_seed` every round (comparable)."""
+    round k use seed `seed + 1000 k`, evaluation `eval_seed` every round (comparable);
+    `takeover_after_s`: expert takeovers in the rollouts (see the module doc)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 1:
@@ -305,6 +336,7 @@ def improve(
         "start": str(start),
         "store": str(store),
         "demos": str(demos),
+        "takeover_after_s": takeover_after_s,
         "baseline": {"run": str(start), "eval": baseline},
         "rounds": [],
     }
@@ -314,7 +346,9 @@ def improve(
         t0 = time.perf_counter()
         folder = out_dir / f"round_{k}"
         log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
-        rollouts = record_rollouts(current, store, folder, episodes, seed + 1000 * k)
+        rollouts = record_rollouts(
+            current, store, folder, episodes, seed + 1000 * k, takeover_after_s
+        )
         frames = store_frames(store)
         log(
             f"round {k}/{rounds}: training awr_flow on {frames['total']} frames "
@@ -348,7 +382,8 @@ def improve(
         log(
             f"round {k}/{rounds}: eval success {format_rate(evaluation['success_rate'])} "
             f"(start {format_rate(baseline['success_rate'])}); rollouts {rollouts['episodes']} "
-            f"episodes, success {format_rate(rollouts['success_rate'])}; store {frames['total']} "
+            f"episodes, success {format_rate(rollouts['success_rate'])}{taken_note(rollouts)}; "
+            f"store {frames['total']} "
             f"frames {frames['by_origin']}; advantage mean {stats.get('adv_mean', 0.0):+.3f}, "
             f"{100 * stats.get('adv_positive', 0.0):.0f} % positive, GAE weight "
             f"{stats.get('gae_weight', 0.0):.2f}; {summary['wall_s']:.0f} s"

@@ -1,0 +1,50 @@
+"""Takeovers in simulation: the task's scripted expert takes an episode over from the policy.
+
+On a real robot a person takes over when the policy is about to fail (HIL); the frames
+from then on are human interventions (`is_intervention`), which `awr_flow` learns from as
+demonstrations. `ExpertTakeover` is that loop in simulation, with the scripted expert as
+the person: an episode still running after `after_steps` control steps (it has neither
+succeeded nor ended) is driven by the expert for the rest of the episode. The expert
+restarts its plan at takeover (phase 0 from the state the policy left: approach the object
+where it now is), so what it records is a recovery from the policy's own mistakes, the
+states imitation alone never shows (HG-DAgger, Kelly et al. 2019).
+
+`rollout(..., takeover=...)` asks it for the executed actions each step; it returns them
+with a per-env intervention mask, which `StepInfo.intervention` carries to the recorders.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from unilab.tasks.experts.base import ScriptedExpert
+
+
+class ExpertTakeover:
+    """The expert drives each episode from its `after_steps`-th step on (see module doc)."""
+
+    def __init__(self, expert: ScriptedExpert, after_steps: int) -> None:
+        if after_steps < 0:
+            raise ValueError(f"after_steps={after_steps} must be >= 0 (control steps)")
+        self.expert = expert
+        self.task = expert.task
+        self.after_steps = int(after_steps)
+        self.taken = np.zeros(self.task.num_envs, dtype=bool)
+        """(N,) envs whose current episode the expert drives."""
+
+    def __call__(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The actions to execute this step and the (N,) intervention mask, from the
+        policy's `actions` (N, action_dim)."""
+        step = self.task.episode_step
+        self.taken &= step > 0  # a new episode starts with the policy
+        start = (~self.taken) & (step >= self.after_steps)
+        if start.any():
+            envs = np.flatnonzero(start)
+            seeds = self.task.episode_seed[envs]
+            self.expert.reset(envs, seeds=seeds if (seeds >= 0).all() else None)
+            self.taken |= start
+        if not self.taken.any():
+            return actions, self.taken.copy()
+        expert_actions = self.expert.act()
+        executed = np.where(self.taken[:, None], expert_actions, actions).astype(actions.dtype)
+        return executed, self.taken.copy()
