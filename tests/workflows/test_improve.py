@@ -153,6 +153,19 @@ def test_a_round_with_expert_takeovers_trains_on_interventions(
         assert loop_store.read("is_intervention").sum() > 0
 
 
+def test_the_control_trains_on_the_demonstrations_alone(bc_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "control"
+    argv = ["improve", str(bc_run), "--episodes", "0", "--eval-episodes", "2"]
+    assert main([*argv, "--out", str(out), "algo.steps=2", "algo.batch_size=16"]) == 0
+    (summary,) = json.loads((out / "improve.json").read_text())["rounds"]
+    assert summary["rollouts"]["episodes"] == 0 and not (out / "round_1" / "rollouts.zarr").exists()
+    assert summary["store_frames"]["episodes"] == 4  # the demos, nothing added
+    assert summary["store_frames"]["by_source"] == {"expert": summary["store_frames"]["total"]}
+    # a control has nothing to take over
+    bad = ["improve", str(bc_run), "--episodes", "0", "--takeover-after", "5"]
+    assert main([*bad, "--out", str(tmp_path / "no")]) == 2
+
+
 def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path) -> None:
     store = tmp_path / "played.zarr"
     argv = ["play", str(bc_run), "--episodes", "2", "--takeover-after", "0.25", "--no-video"]
@@ -168,6 +181,7 @@ def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path
 def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "nothing"
     assert main(["improve", str(bc_run), "--rounds", "0", "--out", str(out)]) == 2
+    assert main(["improve", str(bc_run), "--episodes", "-1", "--out", str(out)]) == 2
     assert main(["improve", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert main(["improve", str(tmp_path), "--out", str(out)]) == 2  # not a run directory
     assert not out.exists()

@@ -13,7 +13,11 @@ from unilab.config.errors import ConfigError
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=1, help="improvement rounds (default 1)")
     p.add_argument(
-        "--episodes", type=int, default=20, help="rollout episodes per round (default 20)"
+        "--episodes",
+        type=int,
+        default=20,
+        help="rollout episodes per round (default 20); 0: train on the demonstrations alone, "
+        "the control that shows what the rollouts add",
     )
     p.add_argument(
         "--eval-episodes",
@@ -51,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     improve(
         Path(target),
         rounds=positive(args.rounds, "--rounds"),
-        episodes=positive(args.episodes, "--episodes"),
+        episodes=args.episodes,
         out=args.out,
         eval_episodes=(
             None if args.eval_episodes is None else positive(args.eval_episodes, "--eval-episodes")

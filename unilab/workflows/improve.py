@@ -30,6 +30,9 @@ Layout under `out` (default `RUN/improve`): `store.zarr`, `round_1/` (`rollouts.
 The round's training config is the starting run's saved task, sim, runtime, eval and logging
 sections, the network-shaping algo keys (batch size, augmentation, fields, vocabulary), and
 the caller's `key=value` overrides (e.g. `algo.steps=500 algo.beta=0.5`), applied every round.
+
+`episodes=0` is the control: the same rounds of awr_flow on the demonstrations alone (no
+rollouts), which shows how much of a round's gain is only more training.
 """
 
 from __future__ import annotations
@@ -299,14 +302,16 @@ def improve(
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
-    written to `out/improve.json`. `eval_episodes` defaults to `episodes`; rollouts of
-    round k use seed `seed + 1000 k`, evaluation `eval_seed` every round (comparable);
-    `takeover_after_s`: expert takeovers in the rollouts (see the module doc)."""
+    written to `out/improve.json`. `eval_episodes` defaults to `episodes` (20 when that is
+    0); rollouts of round k use seed `seed + 1000 k`, evaluation `eval_seed` every round
+    (comparable); `takeover_after_s`: expert takeovers in the rollouts (see the module doc)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
-    if episodes < 1:
-        raise ConfigError(f"--episodes={episodes} must be at least 1")
-    eval_episodes = episodes if eval_episodes is None else eval_episodes
+    if episodes < 0:
+        raise ConfigError(f"--episodes={episodes} must be >= 0 (0: the demonstrations alone)")
+    if episodes == 0 and takeover_after_s is not None:
+        raise ConfigError("--takeover-after needs rollouts to take over: --episodes >= 1")
+    eval_episodes = (episodes or 20) if eval_episodes is None else eval_episodes
     if eval_episodes < 1:
         raise ConfigError(f"--eval-episodes={eval_episodes} must be at least 1")
     start = Path(run)
@@ -345,10 +350,13 @@ def improve(
     for k in range(1, rounds + 1):
         t0 = time.perf_counter()
         folder = out_dir / f"round_{k}"
-        log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
-        rollouts = record_rollouts(
-            current, store, folder, episodes, seed + 1000 * k, takeover_after_s
-        )
+        if episodes:
+            log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
+            rollouts = record_rollouts(
+                current, store, folder, episodes, seed + 1000 * k, takeover_after_s
+            )
+        else:  # the control: what the same training does on the demonstrations alone
+            rollouts = {"episodes": 0, "recorded_episodes": 0, "success_rate": None}
         frames = store_frames(store)
         log(
             f"round {k}/{rounds}: training awr_flow on {frames['total']} frames "
