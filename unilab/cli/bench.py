@@ -28,6 +28,7 @@ BENCHMARKS = {
     "value_heads": "a VLA's value heads on held-out episodes: Brier, reliability, progress Spearman",
     "tokens": "exploration tokens: path coverage with vs without; selector vs fixed tokens",
     "tune_inference": "Thompson-tuned inference settings vs the policy's defaults, several tuner seeds",
+    "improve_loop": "unilab improve from bc_flow bases: expert takeovers / own rollouts vs demos-only control",
     "vla": "flow VLA: training samples/s, chunk latency (torch, onnxruntime), peak memory",
     "render": "camera rendering: per-env vs tiled frames/s; stepping with cameras vs the ceiling",
     "experts": "scripted experts of the tabletop tasks: success over 200 episodes, mode distances",

@@ -1,0 +1,71 @@
+"""`unilab bench improve_loop --from`: per-loop rows, per-arm gains and the paired
+difference to the demonstrations-only control, from `unilab improve` reports."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from unilab.bench.improve_loop import main
+
+
+def _loop(folder: Path, start: str, curve: list[float], taken: int | None) -> Path:
+    rounds = []
+    for k, success in enumerate(curve[1:], start=1):
+        rollouts: dict = {"episodes": 0 if taken is None else 10, "success_rate": None}
+        if taken is not None:
+            rollouts.update(steps=500, success_rate=0.4, takeover={"episodes": taken, "rescued": 2})
+        rounds.append(
+            {"round": k, "eval": {"success_rate": success, "episodes": 100}, "rollouts": rollouts}
+        )
+    report = {
+        "schema": "unilab.improve/1",
+        "start": start,
+        "store": str(folder / "store.zarr"),
+        "baseline": {"eval": {"success_rate": curve[0], "episodes": 100}},
+        "rounds": rounds,
+        "wall_s": 12.0,
+    }
+    folder.mkdir(parents=True)
+    (folder / "improve.json").write_text(json.dumps(report))
+    return folder
+
+
+def test_summary_pairs_each_arm_with_the_control_by_base(tmp_path: Path) -> None:
+    bases = [f"/runs/arm_move_side/bc_flow/{s}" for s in ("a", "b")]
+    tk = [
+        _loop(tmp_path / "tk0", bases[0], [0.5, 0.6, 0.7], taken=5),
+        _loop(tmp_path / "tk1", bases[1], [0.4, 0.5, 0.45], taken=4),
+    ]
+    ctl = [  # listed in the other order: pairing goes by base, not position
+        _loop(tmp_path / "c1", bases[1], [0.4, 0.5, 0.5], taken=None),
+        _loop(tmp_path / "c0", bases[0], [0.5, 0.55, 0.6], taken=None),
+    ]
+    out = tmp_path / "sum.json"
+    argv = ["--from", "takeover=" + ",".join(map(str, tk))]
+    argv += ["--from", "demos=" + ",".join(map(str, ctl)), "--out", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["task"] == "arm_move_side" and out.with_suffix(".png").stat().st_size > 1000
+    first = doc["rows"][0]
+    assert first["arm"] == "takeover" and first["curve"] == [0.5, 0.6, 0.7]
+    assert first["gain"] == pytest.approx(0.2)
+    assert first["gain_se"] == pytest.approx(math.sqrt((0.25 + 0.21) / 100))
+    assert first["taken_over"] == [5, 5] and first["rollout_episodes"] == 20
+    ratios = doc["ratios"]
+    assert ratios["takeover_mean_curve"] == pytest.approx([0.45, 0.55, 0.575])
+    assert ratios["takeover_mean_gain"] == pytest.approx((0.2 + 0.05) / 2)
+    assert ratios["takeover_seeds_improved"] == 2 and ratios["demos_seeds_improved"] == 2
+    # final success minus the control's from the same base: 0.7 - 0.6 and 0.45 - 0.5
+    assert ratios["takeover_minus_demos_final"] == pytest.approx((0.1 - 0.05) / 2)
+    assert ratios["takeover_seeds_above_demos"] == 1
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main([])  # neither loops to run nor reports
+    with pytest.raises(SystemExit):
+        main(["--from", f"bogus={tmp_path}"])
+    with pytest.raises(SystemExit):
+        main(["--bases", "x", "--work", str(tmp_path), "--arms", "takeover,magic"])
