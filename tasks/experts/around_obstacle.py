@@ -35,5 +35,15 @@ class AroundObstacleExpert(PickPlaceExpert):
         self.via[ids, 0] = np.stack([before, wall[:, 1] + side * clear], axis=1)
         self.via[ids, 1] = np.stack([after, wall[:, 1] + side * clear], axis=1)
 
+    def resume(self, ids: np.ndarray) -> None:
+        """A cube in the hand goes around the side of the wall it is on (its via points
+        drawn again for that side); then as the base."""
+        held = self.holding(ids)
+        if held.size:
+            left = self.task.cube_pos[held, 0, 1] >= self.task.wall_pos[held, 1]
+            self.mode[held] = np.where(left, 0, 1)
+            self.on_reset(held)
+        super().resume(ids)
+
     def place_target(self) -> tuple[np.ndarray, np.ndarray]:
         return self.task.goal_pos[:, :2], np.full(self.num_envs, 0.03)

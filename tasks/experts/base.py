@@ -142,6 +142,11 @@ class ScriptedExpert:
     def on_reset(self, ids: np.ndarray) -> None:
         """Per-episode plan of envs ids (after their modes are drawn)."""
 
+    def resume(self, ids: np.ndarray) -> None:
+        """Take over envs ids' episodes mid-way (`unilab.runtime.takeover`), after `reset`:
+        pick the phase (and mode) that continues from the present state instead of starting
+        over. The base keeps phase 0, which is right while nothing is held."""
+
     def set_action_noise(self, std: float) -> None:
         if not (np.isfinite(std) and std >= 0.0):
             raise ValueError(f"action_noise must be a finite std >= 0, got {std}")
@@ -251,6 +256,18 @@ class PickPlaceExpert(ScriptedExpert):
 
     def place_target(self) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def holding(self, ids: np.ndarray) -> np.ndarray:
+        """Those of envs ids whose hand holds their cube to pick."""
+        return ids[self.task.grasped_any(self.pick)[ids]]
+
+    def resume(self, ids: np.ndarray) -> None:
+        """A cube already in the hand is carried on (LIFT: up to carry height, then on),
+        the hand keeping its yaw; phase 0 would open the fingers and drop it."""
+        held = self.holding(ids)
+        self.phase[held] = self.LIFT
+        self.timer[held] = 0
+        self.yaw[held] = self.task.ee_yaw[held]
 
     def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self.pick_place_plan(np.ones(self.num_envs, dtype=bool))

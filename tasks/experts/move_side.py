@@ -40,6 +40,11 @@ class MoveSideExpert(PickPlaceExpert):
         past = self._line()[ids] + self.depth[ids] - np.einsum("ij,ij->i", start, u)
         self.goal_xy[ids] = start + u * np.maximum(past, 0.0)[:, None]
 
+    def resume(self, ids: np.ndarray) -> None:
+        """A cube in the hand is carried across (CARRY), whatever mode the seed drew."""
+        self.mode[self.holding(ids)] = CARRY
+        super().resume(ids)
+
     def _direction(self) -> np.ndarray:
         return SIDE_DIRECTION[self.task.side]
 

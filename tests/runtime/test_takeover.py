@@ -19,6 +19,7 @@ from unilab.runtime.rollout import RolloutResult, StepInfo, rollout
 from unilab.runtime.takeover import ExpertTakeover
 from unilab.tasks.base import Task
 from unilab.tasks.experts import make_expert
+from unilab.tasks.experts.base import PickPlaceExpert
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 
@@ -142,4 +143,37 @@ def test_a_negative_takeover_step_is_refused() -> None:
     task = seeded_task()
     with pytest.raises(ValueError, match="after_steps=-1"):
         ExpertTakeover(make_expert(task, seed=0), after_steps=-1)
+    task.close()
+
+
+@pytest.mark.parametrize("task_name", ["arm_move_side", "arm_around_obstacle"])
+def test_an_expert_taking_over_a_held_cube_carries_it_on(task_name: str) -> None:
+    cfg = compose([f"task={task_name}", "task.state_policy=true", "task.cameras=[]"])
+    task = make_task(cfg.task, num_envs=ENVS, seed=1, sim_cfg=cfg.sim)
+    assert isinstance(task, TabletopTask)
+    task.reset()
+    first = make_expert(task, seed=0)
+    assert isinstance(first, PickPlaceExpert)
+    first.reset(modes=len(first.mode_names) - 1)  # carry / right of the wall: a grasp
+    envs = np.arange(ENVS)
+    for _ in range(150):  # until the first expert holds every cube
+        if task.grasped_any(first.pick).all():
+            break
+        task.step(first.act())
+    assert task.grasped_any(first.pick).all()
+    # a new expert starting over would open the fingers (phase 0) and drop the cube ...
+    fresh = make_expert(task, seed=7)
+    fresh.reset(envs)
+    assert (fresh.act()[:, 4] > 0).all()
+    # ... resumed, it keeps the grip and carries the cube on
+    taking_over = make_expert(task, seed=7)
+    assert isinstance(taking_over, PickPlaceExpert)
+    taking_over.reset(envs)
+    taking_over.resume(envs)
+    assert (taking_over.phase == taking_over.LIFT).all()
+    for _ in range(20):
+        actions = taking_over.act()
+        assert (actions[:, 4] < 0).all()
+        task.step(actions)
+    assert task.grasped_any(taking_over.pick).all()
     task.close()

@@ -4,10 +4,11 @@ On a real robot a person takes over when the policy is about to fail (HIL); the 
 from then on are human interventions (`is_intervention`), which `awr_flow` learns from as
 demonstrations. `ExpertTakeover` is that loop in simulation, with the scripted expert as
 the person: an episode still running after `after_steps` control steps (it has neither
-succeeded nor ended) is driven by the expert for the rest of the episode. The expert
-restarts its plan at takeover (phase 0 from the state the policy left: approach the object
-where it now is), so what it records is a recovery from the policy's own mistakes, the
-states imitation alone never shows (HG-DAgger, Kelly et al. 2019).
+succeeded nor ended) is driven by the expert for the rest of the episode. At takeover the
+expert starts a new plan and then `resume`s it from the present state: a cube already in
+the hand is carried on, otherwise it approaches the object where it now is. What it records
+is a recovery from the policy's own mistakes, the states imitation alone never shows
+(HG-DAgger, Kelly et al. 2019).
 
 `rollout(..., takeover=...)` asks it for the executed actions each step; it returns them
 with a per-env intervention mask, which `StepInfo.intervention` carries to the recorders.
@@ -42,6 +43,7 @@ class ExpertTakeover:
             envs = np.flatnonzero(start)
             seeds = self.task.episode_seed[envs]
             self.expert.reset(envs, seeds=seeds if (seeds >= 0).all() else None)
+            self.expert.resume(envs)
             self.taken |= start
         if not self.taken.any():
             return actions, self.taken.copy()
