@@ -37,13 +37,20 @@ class AroundObstacleExpert(PickPlaceExpert):
 
     def resume(self, ids: np.ndarray) -> None:
         """A cube in the hand goes around the side of the wall it is on (its via points
-        drawn again for that side); then as the base."""
+        drawn again for that side), from the first via point it has not yet passed along
+        the path (x), or straight to the goal once past both: going back to a via point
+        would teach the opposite of the demonstrations."""
         held = self.holding(ids)
         if held.size:
             left = self.task.cube_pos[held, 0, 1] >= self.task.wall_pos[held, 1]
             self.mode[held] = np.where(left, 0, 1)
             self.on_reset(held)
         super().resume(ids)
+        if held.size:
+            x = self.task.cube_pos[held, 0, 0]
+            passed = (x[:, None] >= self.via[held, :, 0]).sum(axis=1)
+            on_path = passed > 0
+            self.phase[held[on_path]] = self.VIA + passed[on_path]  # VIA + num_via: TRANSPORT
 
     def place_target(self) -> tuple[np.ndarray, np.ndarray]:
         return self.task.goal_pos[:, :2], np.full(self.num_envs, 0.03)

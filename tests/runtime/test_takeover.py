@@ -177,3 +177,32 @@ def test_an_expert_taking_over_a_held_cube_carries_it_on(task_name: str) -> None
         task.step(actions)
     assert task.grasped_any(taking_over.pick).all()
     task.close()
+
+
+def test_around_the_wall_a_takeover_never_goes_back_to_a_passed_via_point() -> None:
+    cfg = compose(["task=arm_around_obstacle", "task.state_policy=true", "task.cameras=[]"])
+    task = make_task(cfg.task, num_envs=ENVS, seed=2, sim_cfg=cfg.sim)
+    assert isinstance(task, TabletopTask)
+    task.reset()
+    first = make_expert(task, seed=0)
+    assert isinstance(first, PickPlaceExpert)
+    first.reset()
+    for _ in range(200):  # until every hand is past both via points, on to the goal
+        if (first.phase >= first.TRANSPORT).all():
+            break
+        task.step(first.act())
+    for _ in range(3):
+        task.step(first.act())
+    envs = np.flatnonzero(task.grasped_any(first.pick) & (first.phase == first.TRANSPORT))
+    assert envs.size >= 2  # carrying toward the goal, past the wall
+    taking_over = make_expert(task, seed=7)
+    assert isinstance(taking_over, PickPlaceExpert)
+    taking_over.reset(envs)
+    taking_over.resume(envs)
+    # past the first via point; a via point still to go is ahead of the cube, never behind
+    phase = taking_over.phase[envs]
+    assert (phase > taking_over.VIA).all() and (phase <= taking_over.TRANSPORT).all()
+    ahead = envs[phase < taking_over.TRANSPORT]
+    via_x = taking_over.via[ahead, phase[phase < taking_over.TRANSPORT] - taking_over.VIA, 0]
+    assert (via_x >= task.cube_pos[ahead, 0, 0]).all()
+    task.close()
