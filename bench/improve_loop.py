@@ -105,6 +105,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if len({len(r["curve"]) for r in mine}) == 1:
             mean = np.mean([r["curve"] for r in mine], axis=0)
             ax.plot(range(len(mean)), mean, color=colour, lw=2.2, marker="o", label=arm)
+    ax.set_xticks(range(max(len(r["curve"]) for r in rows)))
     ax.set_xlabel("improvement round (0: the bc_flow start)")
     ax.set_ylabel("eval success")
     ax.set_title(title, fontsize=9)
@@ -112,6 +113,20 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def command(argv: list[str]) -> str:
+    """The command line that wrote the result, less its --note lines (kept in `notes`)."""
+    kept: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--note":
+            skip = True
+        elif not item.startswith("--note="):
+            kept.append(item)
+    return " ".join(["unilab bench improve_loop", *kept])
 
 
 def run_arms(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
@@ -185,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         out,
         {
             "schema": "unilab.bench.improve_loop/1",
+            "command": command(sys.argv[1:] if argv is None else argv),
             "task": task,
             "rows": rows,
             "ratios": ratios,

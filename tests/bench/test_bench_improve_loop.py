@@ -45,8 +45,11 @@ def test_summary_pairs_each_arm_with_the_control_by_base(tmp_path: Path) -> None
     out = tmp_path / "sum.json"
     argv = ["--from", "takeover=" + ",".join(map(str, tk))]
     argv += ["--from", "demos=" + ",".join(map(str, ctl)), "--out", str(out)]
-    assert main(argv) == 0
+    assert main([*argv, "--note", "one base"]) == 0
     doc = json.loads(out.read_text())
+    assert doc["notes"] == ["one base"] and doc["command"] == " ".join(
+        ["unilab bench improve_loop", *argv]
+    )
     assert doc["task"] == "arm_move_side" and out.with_suffix(".png").stat().st_size > 1000
     first = doc["rows"][0]
     assert first["arm"] == "takeover" and first["curve"] == [0.5, 0.6, 0.7]
