@@ -45,9 +45,6 @@ from unilab.runtime.rollout import StepInfo, rollout
 from unilab.tasks.base import IMAGE_PREFIX, Task
 from unilab.utils.atomic import atomic_write_text
 from unilab.viz.recorder import RolloutRecorder
-
-if TYPE_CHECKING:
-    from unilab.tasks.experts.base import ScriptedExpert
 from unilab.viz.video import (
     Mp4Writer,
     RenderUnavailableError,
@@ -56,6 +53,10 @@ from unilab.viz.video import (
     beside_width,
     jpeg,
 )
+
+if TYPE_CHECKING:
+    from unilab.runtime.takeover import ExpertTakeover
+    from unilab.tasks.experts.base import ScriptedExpert
 
 MAX_CAMERAS = 4
 CAMERA_IMAGE_SIZE = (160, 120)
@@ -131,6 +132,21 @@ def _actor(policy: LoadedPolicy | ExpertSource, task: Task, seed: int) -> Policy
     return policy.policy
 
 
+def _takeover(
+    policy: LoadedPolicy | ExpertSource, task: Task, seed: int, after_s: float | None
+) -> ExpertTakeover | None:
+    """The expert takeover of `play(takeover_after_s=...)`; a ValueError when it cannot be."""
+    if after_s is None:
+        return None
+    if isinstance(policy, ExpertSource):
+        raise ValueError("a takeover hands the expert's own episodes to itself; play a policy")
+    if not (math.isfinite(after_s) and after_s >= 0):
+        raise ValueError(f"takeover_after_s={after_s} must be seconds >= 0")
+    from unilab.runtime.takeover import ExpertTakeover
+
+    return ExpertTakeover(_expert(task, seed), round(after_s / task.control_dt))
+
+
 def play(
     policy: LoadedPolicy | ExpertSource,
     task_cfg: TaskConfig,
@@ -173,22 +189,11 @@ def play(
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     actor = _actor(policy, task, seed)
-    takeover = None
-    if takeover_after_s is not None:
-        if isinstance(policy, ExpertSource):
-            task.close()
-            raise ValueError("a takeover hands the expert's own episodes to itself; play a policy")
-        if not (math.isfinite(takeover_after_s) and takeover_after_s >= 0):
-            task.close()
-            raise ValueError(f"takeover_after_s={takeover_after_s} must be seconds >= 0")
-        from unilab.runtime.takeover import ExpertTakeover
-
-        try:
-            expert = _expert(task, seed)
-        except ValueError:
-            task.close()
-            raise
-        takeover = ExpertTakeover(expert, round(takeover_after_s / task.control_dt))
+    try:
+        takeover = _takeover(policy, task, seed, takeover_after_s)
+    except ValueError:
+        task.close()
+        raise
     monitor = None
     if alerts is not None:
         try:
