@@ -106,6 +106,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             mean = np.mean([r["curve"] for r in mine], axis=0)
             ax.plot(range(len(mean)), mean, color=colour, lw=2.2, marker="o", label=arm)
     ax.set_xticks(range(max(len(r["curve"]) for r in rows)))
+    ax.set_ylim(0.0, 1.0)  # the whole scale: round-to-round noise is about 0.04
     ax.set_xlabel("improvement round (0: the bc_flow start)")
     ax.set_ylabel("eval success")
     ax.set_title(title, fontsize=9)
