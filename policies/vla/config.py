@@ -4,6 +4,7 @@ torch-free deploy side read them too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,3 +196,34 @@ class VLAInputs:
             pad_id=int(doc.get("pad_id", 0)),
             instruction_len=int(doc.get("instruction_len", 0)),
         )
+
+
+def inputs_from_shapes(
+    obs_shapes: Mapping[str, Any], action_dim: int, vocab_size: int = 0, pad_id: int = 0
+) -> VLAInputs:
+    """VLA inputs from observation shapes: `policy` -> d or (d,), `images/<cam>` ->
+    (H, W, 3), `instruction` -> L or (L,); a value may also be an object with a `shape`
+    (a task's `ObsSpec`). Other groups (`critic`, `depth/<cam>`) are ignored."""
+
+    def dims_of(v: Any) -> tuple[int, ...]:
+        v = getattr(v, "shape", v)
+        return (int(v),) if isinstance(v, int) else tuple(int(s) for s in v)
+
+    def width(v: Any) -> int:
+        return dims_of(v)[0]
+
+    cams = {}
+    for key, shape in obs_shapes.items():
+        if key.startswith("images/"):
+            dims = dims_of(shape)
+            if len(dims) != 3 or dims[2] != 3:
+                raise ValueError(f"{key}: camera shape must be (H, W, 3), got {dims}")
+            cams[key.removeprefix("images/")] = (dims[0], dims[1])
+    return VLAInputs(
+        proprio_dim=width(obs_shapes["policy"]) if "policy" in obs_shapes else 0,
+        action_dim=int(action_dim),
+        cameras=cams,
+        vocab_size=vocab_size if "instruction" in obs_shapes else 0,
+        pad_id=pad_id,
+        instruction_len=width(obs_shapes["instruction"]) if "instruction" in obs_shapes else 0,
+    )

@@ -142,6 +142,13 @@ class ScriptedExpert:
     def on_reset(self, ids: np.ndarray) -> None:
         """Per-episode plan of envs ids (after their modes are drawn)."""
 
+    def start(self, ids: np.ndarray) -> None:
+        """New plans for envs ids from the task's own per-episode seeds when it has them
+        (`Task.episode_seed` >= 0: the episode replays from its seed), else the shared
+        stream: what a policy wrapping the expert calls when it first acts in an episode."""
+        seeds = self.task.episode_seed[ids]
+        self.reset(ids, seeds=seeds if (seeds >= 0).all() else None)
+
     def resume(self, ids: np.ndarray) -> None:
         """Take over envs ids' episodes mid-way (`unilab.runtime.takeover`), after `reset`:
         pick the phase (and mode) that continues from the present state instead of starting

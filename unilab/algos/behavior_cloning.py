@@ -34,7 +34,7 @@ from unilab.algos.success_calibration import calibrate_success
 from unilab.config.checks import checked
 from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images, vector_noise
-from unilab.policies.vla.config import VLAConfig, VLAInputs
+from unilab.policies.vla.config import VLAConfig, VLAInputs, inputs_from_shapes
 from unilab.policies.vla.policy import VLAPolicy
 from unilab.policies.vla.value_heads import (
     TARGET_NAMES,
@@ -136,37 +136,6 @@ class BCConfig(AlgoConfig):
             if getattr(self, name) < 1:
                 out.append(f"{name}={getattr(self, name)} must be at least 1")
         return out
-
-
-def inputs_from_shapes(
-    obs_shapes: Mapping[str, Any], action_dim: int, vocab_size: int = 0, pad_id: int = 0
-) -> VLAInputs:
-    """VLA inputs from observation shapes: `policy` -> d or (d,), `images/<cam>` ->
-    (H, W, 3), `instruction` -> L or (L,); a value may also be an object with a `shape`
-    (a task's `ObsSpec`). Other groups (`critic`, `depth/<cam>`) are ignored."""
-
-    def dims_of(v: Any) -> tuple[int, ...]:
-        v = getattr(v, "shape", v)
-        return (int(v),) if isinstance(v, int) else tuple(int(s) for s in v)
-
-    def width(v: Any) -> int:
-        return dims_of(v)[0]
-
-    cams = {}
-    for key, shape in obs_shapes.items():
-        if key.startswith("images/"):
-            dims = dims_of(shape)
-            if len(dims) != 3 or dims[2] != 3:
-                raise ValueError(f"{key}: camera shape must be (H, W, 3), got {dims}")
-            cams[key.removeprefix("images/")] = (dims[0], dims[1])
-    return VLAInputs(
-        proprio_dim=width(obs_shapes["policy"]) if "policy" in obs_shapes else 0,
-        action_dim=int(action_dim),
-        cameras=cams,
-        vocab_size=vocab_size if "instruction" in obs_shapes else 0,
-        pad_id=pad_id,
-        instruction_len=width(obs_shapes["instruction"]) if "instruction" in obs_shapes else 0,
-    )
 
 
 def model_config(cfg: Any) -> VLAConfig:

@@ -38,7 +38,6 @@ import yaml
 from torch import nn
 
 from unilab.algos.base import Algorithm, FieldSpecs, transition_fields
-from unilab.algos.behavior_cloning import inputs_from_shapes
 from unilab.algos.chunk_returns import decision_advantages
 from unilab.algos.registry import register_algo
 from unilab.algos.token_schedule import SCHEDULES, TokenSchedule
@@ -46,7 +45,7 @@ from unilab.config.checks import checked
 from unilab.config.errors import ConfigError
 from unilab.config.schema import AlgoConfig
 from unilab.policies.actor_critic import ValueCritic
-from unilab.policies.vla.config import VLAConfig
+from unilab.policies.vla.config import VLAConfig, inputs_from_shapes
 from unilab.policies.vla.policy import VLAPolicy
 from unilab.runtime.fields import ring_field
 from unilab.utils.checkpoint import CheckpointError, load_checkpoint, load_latest_good

@@ -38,8 +38,7 @@ class ExpertPolicy:
     ) -> ActionChunk[np.ndarray]:
         starting = np.flatnonzero(self.task.episode_step == 0)
         if starting.size:
-            seeds = self.task.episode_seed[starting]
-            self.expert.reset(starting, seeds=seeds if (seeds >= 0).all() else None)
+            self.expert.start(starting)
         actions = self.expert.act()[:, None, :]
         return ActionChunk(actions, None, {"mode": self.expert.mode.copy()})
 

@@ -41,8 +41,7 @@ class ExpertTakeover:
         start = (~self.taken) & (step >= self.after_steps)
         if start.any():
             envs = np.flatnonzero(start)
-            seeds = self.task.episode_seed[envs]
-            self.expert.reset(envs, seeds=seeds if (seeds >= 0).all() else None)
+            self.expert.start(envs)
             self.expert.resume(envs)
             self.taken |= start
         if not self.taken.any():
