@@ -138,12 +138,14 @@ def test_advantages_known_answers_flow_into_the_sampler(store: Path) -> None:
 
     sampler = learner.sampler
     assert sampler is not None and sampler.names == ("expert", "sim", "human")
-    # shares 1 / 1 / 1 renormalised; frame probabilities share x exp(A/beta) / Z per source
-    source = {"expert": range(4 * L, 6 * L), "human": range(9 * L, 10 * L)}
-    sim = np.r_[0 : 4 * L, 6 * L : 9 * L]
+    # shares 1 / 1 / 1 renormalised; frame probabilities share x exp(A/beta) / Z per source;
+    # the takeover frames (episode 3, frames 4-6) are the human source's, not the rollouts'
+    takeover = [3 * L + 4, 3 * L + 5, 3 * L + 6]
+    source = {"expert": list(range(4 * L, 6 * L)), "human": [*takeover, *range(9 * L, 10 * L)]}
+    sim = np.setdiff1d(np.r_[0 : 4 * L, 6 * L : 9 * L], takeover)
     p = np.zeros(len(ds))
     for frames in source.values():
-        p[list(frames)] = 1 / 3 / len(frames)
+        p[frames] = 1 / 3 / len(frames)
     w = np.exp(want[sim] / beta)
     p[sim] = w / w.sum() / 3
     n = 200_000

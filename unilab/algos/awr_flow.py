@@ -307,7 +307,9 @@ class AWRFlow(BehaviorCloning):
         """AWRSampler over the training items grouped by source, stepped `iteration` times."""
         assert self.table is not None and self.frame_advantages is not None
         cfg = self.cfg
-        sources = frame_sources(self.table.origin, self.table.policy_version)[train_items]
+        sources = frame_sources(
+            self.table.origin, self.table.policy_version, is_intervention=self.table.is_intervention
+        )[train_items]
         present = [s for s in SOURCES if np.any(sources == SOURCES.index(s))]
         missing = [s for s in present if s not in cfg.shares]
         if missing:

@@ -30,6 +30,8 @@ test keeps the two equal)."""
 
 EXPERT = "expert"
 """Source of `sim` frames that no learned policy produced (policy_version < 0)."""
+HUMAN = "human"
+"""Source of human-origin frames and of every intervention frame."""
 
 SOURCES: tuple[str, ...] = (EXPERT, *ORIGIN_NAMES)
 """Every source a frame can belong to, in the sampler's order."""
@@ -90,10 +92,17 @@ class FrameTable:
 
 
 def frame_sources(
-    origin: np.ndarray, policy_version: np.ndarray, origin_names: Sequence[str] = ORIGIN_NAMES
+    origin: np.ndarray,
+    policy_version: np.ndarray,
+    origin_names: Sequence[str] = ORIGIN_NAMES,
+    is_intervention: np.ndarray | None = None,
 ) -> np.ndarray:
     """(N,) int64 index into `SOURCES` of each frame: its origin, or `expert` for `sim` frames
-    that no learned policy produced (policy_version < 0)."""
+    that no learned policy produced (policy_version < 0). Intervention frames
+    (`is_intervention`) are `human` whatever their origin: a takeover's frames are the
+    person's (in simulation, the scripted expert standing in for one), not the policy's, and
+    they need their own share: counted as `sim`, a round's takeovers crowd out the policy's
+    rollouts, and with them the demonstrations (stop 38)."""
     names = tuple(origin_names)
     codes = np.asarray(origin, dtype=np.int64)
     if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= len(names)):
@@ -102,6 +111,8 @@ def frame_sources(
     out: np.ndarray = lookup[codes]
     expert = (codes == names.index("sim")) & (np.asarray(policy_version) < 0)
     out[expert] = SOURCES.index(EXPERT)
+    if is_intervention is not None:
+        out[np.asarray(is_intervention, dtype=bool)] = SOURCES.index(HUMAN)
     return out
 
 
@@ -159,7 +170,9 @@ def compute_advantages(
     if values is not None and gae_weight > 0:
         mixed = adv.blend(early, gae_advantages(table, values, cfg.gamma, cfg.lam), gae_weight)
     clipped = adv.clip_advantages(mixed, cfg.clip)
-    sources = frame_sources(table.origin, table.policy_version)
+    sources = frame_sources(
+        table.origin, table.policy_version, is_intervention=table.is_intervention
+    )
     demo = np.isin(sources, [SOURCES.index(s) for s in cfg.demo_sources]) | table.is_intervention
     clipped[demo] = cfg.demo_advantage
     return clipped

@@ -135,9 +135,11 @@ def store_frames(store: Path) -> dict[str, Any]:
     with EpisodeStore.open(store, "r") as st:
         origin = st.read("origin").astype(np.int64)
         version = st.read("policy_version")
+        intervention = st.read("is_intervention") if "is_intervention" in st.schema.fields else None
         episodes = len(st)
     by_origin = np.bincount(origin, minlength=len(ORIGINS))
-    by_source = np.bincount(frame_sources(origin, version, ORIGINS), minlength=len(SOURCES))
+    sources = frame_sources(origin, version, ORIGINS, is_intervention=intervention)
+    by_source = np.bincount(sources, minlength=len(SOURCES))
     return {
         "total": int(origin.size),
         "episodes": int(episodes),
