@@ -61,6 +61,9 @@ def grasp_yaw(cube_yaw: np.ndarray, turn: np.ndarray) -> np.ndarray:
     return np.where(turn == 0, cube_yaw, other)
 
 
+MISSED_GRASP_STEPS = 8
+"""Steps of commanded closing without the cube between the fingers that make a missed grasp
+(`PickPlaceExpert.off_track`)."""
 PERTURB_EVERY = 20.0
 """Mean clean steps between two perturbation bursts of a collecting expert."""
 PERTURB_STEPS = 4
@@ -153,6 +156,12 @@ class ScriptedExpert:
         """Take over envs ids' episodes mid-way (`unilab.runtime.takeover`), after `reset`:
         pick the phase (and mode) that continues from the present state instead of starting
         over. The base keeps phase 0, which is right while nothing is held."""
+
+    def off_track(self, actions: np.ndarray) -> np.ndarray:
+        """(n,) envs whose policy, executing `actions` (n, action_dim) this step, has made a
+        mistake this expert can see (a takeover's trigger, `unilab.runtime.takeover`). The
+        base sees none; call it once per step."""
+        return np.zeros(self.num_envs, dtype=bool)
 
     def set_action_noise(self, std: float) -> None:
         if not (np.isfinite(std) and std >= 0.0):
@@ -253,6 +262,8 @@ class PickPlaceExpert(ScriptedExpert):
         self.hover = np.full(n, 0.12)
         self.carry = np.full(n, 0.14)
         self.via = np.zeros((n, self.num_via, 2))
+        self._closed_for = np.zeros(n, dtype=np.int64)
+        """(n,) steps in a row the watched policy has commanded the fingers closed."""
         v = self.VIA + self.num_via
         self.TRANSPORT, self.LOWER, self.RELEASE, self.RETREAT = v, v + 1, v + 2, v + 3
         super().__init__(task, seed)
@@ -270,11 +281,31 @@ class PickPlaceExpert(ScriptedExpert):
 
     def resume(self, ids: np.ndarray) -> None:
         """A cube already in the hand is carried on (LIFT: up to carry height, then on),
-        the hand keeping its yaw; phase 0 would open the fingers and drop it."""
+        the hand keeping its yaw; phase 0 would open the fingers and drop it. A hand already
+        low over its cube (within the approach's 2 cm, below the hover height) descends from
+        there: going back up to hover would label the states where the demonstrations
+        descend with "rise", and teach the hesitation it is meant to cure."""
+        t = self.task
         held = self.holding(ids)
         self.phase[held] = self.LIFT
         self.timer[held] = 0
-        self.yaw[held] = self.task.ee_yaw[held]
+        self.yaw[held] = t.ee_yaw[held]
+        free = np.setdiff1d(ids, held)
+        cube = t.cube_pos[free, self.pick[free]]
+        over = np.linalg.norm(t.ee_pos[free, :2] - cube[:, :2], axis=1) < 0.02
+        low = t.ee_pos[free, 2] < self.hover[free]
+        self.advance(free[over & low], to=self.DESCEND)
+
+    def off_track(self, actions: np.ndarray) -> np.ndarray:
+        """A missed grasp: the policy has commanded the fingers closed for `MISSED_GRASP_STEPS`
+        steps in a row (the expert's own close takes 6) and its cube is not between them: it
+        closed beside the cube, or dropped it. Caught there, a takeover's recovery starts at
+        the edge of the demonstrations' states, where DART's recoveries start too, instead of
+        after seconds of the policy carrying nothing."""
+        closing = np.asarray(actions)[:, -1] < 0.0
+        fresh = self.task.episode_step == 0
+        self._closed_for = np.where(closing & ~fresh, self._closed_for + 1, 0)
+        return (self._closed_for >= MISSED_GRASP_STEPS) & ~self.task.grasped_any(self.pick)
 
     def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self.pick_place_plan(np.ones(self.num_envs, dtype=bool))

@@ -45,6 +45,11 @@ class MoveSideExpert(PickPlaceExpert):
         self.mode[self.holding(ids)] = CARRY
         super().resume(ids)
 
+    def off_track(self, actions: np.ndarray) -> np.ndarray:
+        """No missed-grasp judgement here: closed fingers without the cube between them are
+        also how this task's push mode moves the cube."""
+        return np.zeros(self.num_envs, dtype=bool)
+
     def _direction(self) -> np.ndarray:
         return SIDE_DIRECTION[self.task.side]
 

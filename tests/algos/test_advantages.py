@@ -21,6 +21,7 @@ from unilab.algos.advantages import (
     recap_indicator,
     recap_null_probability,
 )
+from unilab.algos.frame_advantages import SOURCES, frame_sources
 from unilab.data.schema import ORIGINS
 
 # A 3-frame episode: predicted progress 0.2, 0.5, 0.9; rewards (progress increments of the
@@ -118,6 +119,19 @@ def test_demo_and_intervention_frames_get_the_fixed_advantage() -> None:
         demo_frames(origin, takeover, origin_names=ORIGINS, demo_origins=("teleop",))
     with pytest.raises(ValueError, match=r"origin code 9 is outside \[0, 4\)"):
         demo_frames([0, 9], [False, False], origin_names=ORIGINS)
+
+
+def test_sampling_sources_of_frames() -> None:
+    # rollout, scripted demo (`unilab collect`: no policy version), takeover inside a rollout,
+    # teleoperated demo, world-model frame
+    sim, human, wm = ORIGINS.index("sim"), ORIGINS.index("human"), ORIGINS.index("wm")
+    origin = np.array([sim, sim, sim, human, wm], dtype=np.uint8)
+    version = np.array([2, -1, 2, -1, 2])
+    takeover = np.array([False, False, True, False, False])
+    names = [SOURCES[k] for k in frame_sources(origin, version, ORIGINS, takeover)]
+    assert names == ["sim", "expert", "human", "human", "wm"]
+    # without the flags a takeover frame is counted as its origin's
+    assert SOURCES[frame_sources(origin, version, ORIGINS)[2]] == "sim"
 
 
 def test_recap_null_probability_end_points_and_midpoint() -> None:

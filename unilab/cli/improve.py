@@ -40,6 +40,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "still running after S seconds; its frames train as interventions (default: off)",
     )
     p.add_argument(
+        "--takeover-on-error",
+        action="store_true",
+        help="HIL in simulation: the expert takes over a rollout episode as soon as it sees the "
+        "policy make a mistake (pick-and-place tasks: a missed grasp); with or without "
+        "--takeover-after",
+    )
+    p.add_argument(
         "--out",
         help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
     )
@@ -64,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         overrides=overrides,
         takeover_after_s=args.takeover_after,
+        takeover_on_error=args.takeover_on_error,
     )
     return 0
 

@@ -109,6 +109,12 @@ def rollout_arguments(p: argparse.ArgumentParser) -> None:
         "running after S seconds; with record=, its frames are stored as interventions",
     )
     p.add_argument(
+        "--takeover-on-error",
+        action="store_true",
+        help="HIL in simulation: the expert also takes over as soon as it sees the policy "
+        "make a mistake (pick-and-place tasks: a missed grasp)",
+    )
+    p.add_argument(
         "--spawn", action="store_true", help="open the Rerun viewer instead of an .rrd file"
     )
     p.add_argument(
@@ -164,9 +170,10 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
     if target == EXPERT:
         if args.alerts:
             raise ConfigError(f"unilab {verb} expert: --alerts needs a policy with value heads")
-        if args.takeover_after is not None:
+        if args.takeover_after is not None or args.takeover_on_error:
             raise ConfigError(
-                f"unilab {verb} expert: --takeover-after needs a policy to take over from"
+                f"unilab {verb} expert: --takeover-after / --takeover-on-error need a policy "
+                "to take over from"
             )
         policy = ExpertSource()
         task_cfg, sim_cfg = _expert_configs(overrides, verb)
@@ -202,11 +209,12 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         alerts=alerts,
         on_alert=_print_alert if alerts is not None else None,
         takeover_after_s=args.takeover_after,
+        takeover_on_error=args.takeover_on_error,
         **execution_options(args),  # type: ignore[arg-type]
     )
     if record:
         print(f"recorded {len(result.recorded_episodes)} episodes to {record[-1]}")
-    if args.takeover_after is not None:
+    if args.takeover_after is not None or args.takeover_on_error:
         taken = [e for e in result.episodes if e["intervened"]]
         rescued = sum(bool(e["success"]) for e in taken)
         print(f"the expert took over {len(taken)} episodes ({rescued} rescued)")

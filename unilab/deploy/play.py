@@ -133,18 +133,24 @@ def _actor(policy: LoadedPolicy | ExpertSource, task: Task, seed: int) -> Policy
 
 
 def _takeover(
-    policy: LoadedPolicy | ExpertSource, task: Task, seed: int, after_s: float | None
+    policy: LoadedPolicy | ExpertSource,
+    task: Task,
+    seed: int,
+    after_s: float | None,
+    on_error: bool = False,
 ) -> ExpertTakeover | None:
-    """The expert takeover of `play(takeover_after_s=...)`; a ValueError when it cannot be."""
-    if after_s is None:
+    """The expert takeover of `play(takeover_after_s=..., takeover_on_error=...)`; a
+    ValueError when it cannot be."""
+    if after_s is None and not on_error:
         return None
     if isinstance(policy, ExpertSource):
         raise ValueError("a takeover hands the expert's own episodes to itself; play a policy")
-    if not (math.isfinite(after_s) and after_s >= 0):
+    if after_s is not None and not (math.isfinite(after_s) and after_s >= 0):
         raise ValueError(f"takeover_after_s={after_s} must be seconds >= 0")
     from unilab.runtime.takeover import ExpertTakeover
 
-    return ExpertTakeover(_expert(task, seed), round(after_s / task.control_dt))
+    steps = None if after_s is None else round(after_s / task.control_dt)
+    return ExpertTakeover(_expert(task, seed), steps, off_track=on_error)
 
 
 def play(
@@ -170,6 +176,7 @@ def play(
     alerts: AlertOptions | None = None,
     on_alert: Callable[[Alert], None] | None = None,
     takeover_after_s: float | None = None,
+    takeover_on_error: bool = False,
 ) -> PlayResult:
     """`record`: an episode store path; the finished episodes are appended to it.
     Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
@@ -177,8 +184,10 @@ def play(
     `noise_seed` (default: `seed`). `alerts`: live failure alerts from the policy's value
     heads, each passed to `on_alert` when raised (`NoValueHeadsError` without them).
     `takeover_after_s`: the task's scripted expert drives every episode still running after
-    that many seconds (`unilab.runtime.takeover`); recorded frames are then marked
-    `is_intervention`, and such episodes are stored as policy failures."""
+    that many seconds (`unilab.runtime.takeover`), and with `takeover_on_error` every
+    episode from the step the expert sees the policy make a mistake (a missed grasp);
+    recorded frames are then marked `is_intervention`, and such episodes are stored as
+    policy failures."""
     from unilab.tasks.registry import make_task
 
     if episodes < 1:
@@ -190,7 +199,7 @@ def play(
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     actor = _actor(policy, task, seed)
     try:
-        takeover = _takeover(policy, task, seed, takeover_after_s)
+        takeover = _takeover(policy, task, seed, takeover_after_s, takeover_on_error)
     except ValueError:
         task.close()
         raise

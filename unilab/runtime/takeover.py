@@ -4,7 +4,8 @@ On a real robot a person takes over when the policy is about to fail (HIL); the 
 from then on are human interventions (`is_intervention`), which `awr_flow` learns from as
 demonstrations. `ExpertTakeover` is that loop in simulation, with the scripted expert as
 the person: an episode still running after `after_steps` control steps (it has neither
-succeeded nor ended) is driven by the expert for the rest of the episode. At takeover the
+succeeded nor ended), or (`off_track=True`) one in which the expert sees the policy make a
+mistake (a missed grasp), is driven by the expert for the rest of the episode. At takeover the
 expert starts a new plan and then `resume`s it from the present state: a cube already in
 the hand is carried on, otherwise it approaches the object where it now is. What it records
 is a recovery from the policy's own mistakes, the states imitation alone never shows
@@ -22,14 +23,21 @@ from unilab.tasks.experts.base import ScriptedExpert
 
 
 class ExpertTakeover:
-    """The expert drives each episode from its `after_steps`-th step on (see module doc)."""
+    """The expert drives each episode from its `after_steps`-th step on, or (`off_track`)
+    from the step it sees the policy make a mistake (`ScriptedExpert.off_track`: for the
+    pick-and-place experts, a missed grasp), whichever comes first (see module doc)."""
 
-    def __init__(self, expert: ScriptedExpert, after_steps: int) -> None:
-        if after_steps < 0:
+    def __init__(
+        self, expert: ScriptedExpert, after_steps: int | None = None, off_track: bool = False
+    ) -> None:
+        if after_steps is None and not off_track:
+            raise ValueError("a takeover needs a trigger: after_steps=..., off_track=True or both")
+        if after_steps is not None and after_steps < 0:
             raise ValueError(f"after_steps={after_steps} must be >= 0 (control steps)")
         self.expert = expert
         self.task = expert.task
-        self.after_steps = int(after_steps)
+        self.after_steps = None if after_steps is None else int(after_steps)
+        self.off_track = off_track
         self.taken = np.zeros(self.task.num_envs, dtype=bool)
         """(N,) envs whose current episode the expert drives."""
 
@@ -38,7 +46,12 @@ class ExpertTakeover:
         policy's `actions` (N, action_dim)."""
         step = self.task.episode_step
         self.taken &= step > 0  # a new episode starts with the policy
-        start = (~self.taken) & (step >= self.after_steps)
+        due = np.zeros_like(self.taken)
+        if self.after_steps is not None:
+            due |= step >= self.after_steps
+        if self.off_track:
+            due |= self.expert.off_track(actions)  # watched every step: it counts steps
+        start = (~self.taken) & due
         if start.any():
             envs = np.flatnonzero(start)
             self.expert.start(envs)

@@ -234,9 +234,11 @@ def record_rollouts(
     episodes: int,
     seed: int,
     takeover_after_s: float | None = None,
+    takeover_on_error: bool = False,
 ) -> dict[str, Any]:
     """Roll out `run` into `folder/rollouts.zarr` (with expert takeovers after
-    `takeover_after_s` seconds when given), append those episodes to `store`."""
+    `takeover_after_s` seconds when given, and at the policy's mistakes with
+    `takeover_on_error`), append those episodes to `store`."""
     from unilab.deploy.play import play
     from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
@@ -258,6 +260,7 @@ def record_rollouts(
         rerun=False,
         record=rollout_store,
         takeover_after_s=takeover_after_s,
+        takeover_on_error=takeover_on_error,
     )
     added = append_episodes(rollout_store, store)
     rated = [e for e in result.episodes if e["success"] is not None]
@@ -270,10 +273,11 @@ def record_rollouts(
         "steps": result.steps,
         "seed": seed,
     }
-    if takeover_after_s is not None:
+    if takeover_after_s is not None or takeover_on_error:
         taken = [e for e in rated if e["intervened"]]
         summary["takeover"] = {
             "after_s": takeover_after_s,
+            "on_error": takeover_on_error,
             "episodes": len(taken),
             "rescued": sum(bool(e["success"]) for e in taken),
         }
@@ -301,18 +305,22 @@ def improve(
     seed: int = 0,
     overrides: Sequence[str] = (),
     takeover_after_s: float | None = None,
+    takeover_on_error: bool = False,
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
     written to `out/improve.json`. `eval_episodes` defaults to `episodes` (20 when that is
     0); rollouts of round k use seed `seed + 1000 k`, evaluation `eval_seed` every round
-    (comparable); `takeover_after_s`: expert takeovers in the rollouts (see the module doc)."""
+    (comparable); `takeover_after_s`, `takeover_on_error`: expert takeovers in the rollouts
+    (see the module doc)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 0:
         raise ConfigError(f"--episodes={episodes} must be >= 0 (0: the demonstrations alone)")
-    if episodes == 0 and takeover_after_s is not None:
-        raise ConfigError("--takeover-after needs rollouts to take over: --episodes >= 1")
+    if episodes == 0 and (takeover_after_s is not None or takeover_on_error):
+        raise ConfigError(
+            "--takeover-after / --takeover-on-error need rollouts to take over: --episodes >= 1"
+        )
     eval_episodes = (episodes or 20) if eval_episodes is None else eval_episodes
     if eval_episodes < 1:
         raise ConfigError(f"--eval-episodes={eval_episodes} must be at least 1")
@@ -344,6 +352,7 @@ def improve(
         "store": str(store),
         "demos": str(demos),
         "takeover_after_s": takeover_after_s,
+        "takeover_on_error": takeover_on_error,
         "baseline": {"run": str(start), "eval": baseline},
         "rounds": [],
     }
@@ -355,7 +364,13 @@ def improve(
         if episodes:
             log(f"round {k}/{rounds}: rolling out {episodes} episodes of {current}")
             rollouts = record_rollouts(
-                current, store, folder, episodes, seed + 1000 * k, takeover_after_s
+                current,
+                store,
+                folder,
+                episodes,
+                seed + 1000 * k,
+                takeover_after_s,
+                takeover_on_error,
             )
         else:  # the control: what the same training does on the demonstrations alone
             rollouts = {"episodes": 0, "recorded_episodes": 0, "success_rate": None}
