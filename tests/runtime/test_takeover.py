@@ -19,7 +19,7 @@ from unilab.runtime.rollout import RolloutResult, StepInfo, rollout
 from unilab.runtime.takeover import ExpertTakeover
 from unilab.tasks.base import Task
 from unilab.tasks.experts import make_expert
-from unilab.tasks.experts.base import PickPlaceExpert
+from unilab.tasks.experts.base import MISSED_GRASP_STEPS, PickPlaceExpert
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 
@@ -28,15 +28,18 @@ ENVS = 3
 
 
 class HoldStill:
-    """A numpy Policy that always commands zero motion with the gripper open."""
+    """A numpy Policy that always commands zero motion with the gripper open (or closed)."""
 
     obs_groups = ("policy",)
     action_dim = 5
     action_horizon = 1
 
+    def __init__(self, grip: float = 1.0) -> None:
+        self.grip = grip
+
     def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> ActionChunk:
         actions = np.zeros((len(obs["policy"]), 1, 5), np.float32)
-        actions[..., 4] = 1.0
+        actions[..., 4] = self.grip
         return ActionChunk(actions, None)
 
     def act_inference(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -139,10 +142,55 @@ def test_recorded_takeovers_are_interventions_and_policy_failures(tmp_path: Path
         assert sorted(m.tags["task_success"] for m in st.all_meta()) == sorted(rescued)
 
 
-def test_a_negative_takeover_step_is_refused() -> None:
+def test_a_negative_takeover_step_or_no_trigger_is_refused() -> None:
     task = seeded_task()
     with pytest.raises(ValueError, match="after_steps=-1"):
         ExpertTakeover(make_expert(task, seed=0), after_steps=-1)
+    with pytest.raises(ValueError, match="needs a trigger"):
+        ExpertTakeover(make_expert(task, seed=0))
+    task.close()
+
+
+@pytest.mark.parametrize("task_name", ["arm_around_obstacle", "arm_pick_place"])
+def test_a_missed_grasp_hands_the_episode_to_the_expert(task_name: str) -> None:
+    cfg = compose([f"task={task_name}", "task.state_policy=true", "task.cameras=[]"])
+    task = make_task(cfg.task, num_envs=ENVS, seed=0, sim_cfg=cfg.sim)
+    # fingers closed on nothing, far above the cube: a missed grasp from the first step
+    takeover = ExpertTakeover(make_expert(task, seed=0), off_track=True)
+    _, seen = steps_of(task, HoldStill(grip=-1.0), takeover, steps=MISSED_GRASP_STEPS + 10)
+    for info in seen[: MISSED_GRASP_STEPS - 1]:
+        assert info.intervention is not None and not info.intervention.any()
+        assert (info.actions[:, 4] < 0).all()
+    for info in seen[MISSED_GRASP_STEPS - 1 :]:
+        assert info.intervention is not None and info.intervention.all()
+    # the expert opens the fingers to grasp again
+    assert (seen[-1].actions[:, 4] > 0).all()
+    task.close()
+    # open fingers, or fingers closed on the cube, are no mistake
+    task = make_task(cfg.task, num_envs=ENVS, seed=0, sim_cfg=cfg.sim)
+    watching = ExpertTakeover(make_expert(task, seed=0), off_track=True)
+    _, seen = steps_of(task, HoldStill(grip=1.0), watching, steps=3 * MISSED_GRASP_STEPS)
+    assert not any(info.intervention.any() for info in seen if info.intervention is not None)
+    task.reset()
+    driver = make_expert(task, seed=0)
+    assert isinstance(driver, PickPlaceExpert)
+    grasps = np.zeros(ENVS, dtype=bool)
+    for _ in range(300):  # the expert grasps: closing onto the cube, then holding it
+        actions = driver.act()
+        assert not watching.expert.off_track(actions).any()
+        task.step(actions)
+        grasps |= task.grasped_any(driver.pick)
+        if grasps.all():
+            break
+    assert grasps.all()
+    task.close()
+
+
+def test_closed_fingers_are_no_mistake_where_they_push() -> None:
+    task = seeded_task()  # arm_move_side: its push mode moves the cube with closed fingers
+    takeover = ExpertTakeover(make_expert(task, seed=0), off_track=True)
+    _, seen = steps_of(task, HoldStill(grip=-1.0), takeover, steps=3 * MISSED_GRASP_STEPS)
+    assert not any(info.intervention.any() for info in seen if info.intervention is not None)
     task.close()
 
 

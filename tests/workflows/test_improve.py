@@ -164,6 +164,8 @@ def test_the_control_trains_on_the_demonstrations_alone(bc_run: Path, tmp_path: 
     # a control has nothing to take over
     bad = ["improve", str(bc_run), "--episodes", "0", "--takeover-after", "5"]
     assert main([*bad, "--out", str(tmp_path / "no")]) == 2
+    bad = ["improve", str(bc_run), "--episodes", "0", "--takeover-on-error"]
+    assert main([*bad, "--out", str(tmp_path / "no")]) == 2
 
 
 def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path) -> None:
@@ -176,6 +178,7 @@ def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path
     bad = ["play", str(bc_run), "--takeover-after", "-1", "--out", str(tmp_path)]
     assert main(bad) == 2
     assert main(["play", "expert", "task=arm_move_side", "--takeover-after", "1"]) == 2
+    assert main(["play", "expert", "task=arm_move_side", "--takeover-on-error"]) == 2
 
 
 def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: Path) -> None:

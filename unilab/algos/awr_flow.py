@@ -16,7 +16,8 @@ changes, all made before or around the unchanged gradient step:
 2. **AWR by sampling** (`draw_items`, which the offline loop uses instead of uniform draws):
    each frame's source is its origin (`sim`, `real`, `human`, `wm`), except frames of origin
    `sim` that no learned policy produced (`policy_version` < 0: `unilab collect`'s scripted
-   experts), whose source is `expert`. Within a source, frame i is drawn with probability
+   experts), whose source is `expert`, and intervention frames (a takeover's, in any
+   origin), whose source is `human`. Within a source, frame i is drawn with probability
    exp(clip(A_i) / beta) / Z; sources hold `shares` of each batch, moved `iteration` times
    toward `floors` by `share_decay` (`unilab.algos.awr_sampling.AWRSampler`). The batch of
    step s depends only on (seed, s): resume stays bit-exact.
