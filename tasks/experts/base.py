@@ -304,7 +304,8 @@ class PickPlaceExpert(ScriptedExpert):
         after seconds of the policy carrying nothing."""
         closing = np.asarray(actions)[:, -1] < 0.0
         fresh = self.task.episode_step == 0
-        self._closed_for = np.where(closing, np.where(fresh, 1, self._closed_for + 1), 0)
+        counted = np.where(fresh, 1, self._closed_for + 1)
+        self._closed_for = np.where(closing, counted, 0).astype(np.int64)
         return (self._closed_for >= MISSED_GRASP_STEPS) & ~self.task.grasped_any(self.pick)
 
     def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
