@@ -262,7 +262,7 @@ class PickPlaceExpert(ScriptedExpert):
         self.hover = np.full(n, 0.12)
         self.carry = np.full(n, 0.14)
         self.via = np.zeros((n, self.num_via, 2))
-        self._closed_for = np.zeros(n, dtype=np.int64)
+        self._closed_for: np.ndarray = np.zeros(n, dtype=np.int64)
         """(n,) steps in a row the watched policy has commanded the fingers closed."""
         v = self.VIA + self.num_via
         self.TRANSPORT, self.LOWER, self.RELEASE, self.RETREAT = v, v + 1, v + 2, v + 3
@@ -305,7 +305,7 @@ class PickPlaceExpert(ScriptedExpert):
         closing = np.asarray(actions)[:, -1] < 0.0
         fresh = self.task.episode_step == 0
         counted = np.where(fresh, 1, self._closed_for + 1)
-        self._closed_for = np.where(closing, counted, 0).astype(np.int64)
+        self._closed_for = np.where(closing, counted, 0)
         return (self._closed_for >= MISSED_GRASP_STEPS) & ~self.task.grasped_any(self.pick)
 
     def plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
