@@ -2,7 +2,8 @@
 policy, and is it the rollouts that do it? (issue 16)
 
     unilab bench improve_loop --bases RUN0,RUN1,RUN2 [--arms takeover,demos,rollouts]
-        [--rounds 2 --episodes 200 --eval-episodes 200 --takeover-after 5] --work DIR
+        [--rounds 2 --episodes 200 --eval-episodes 200 --takeover-after 5 --takeover-on-error]
+        --work DIR
         [--out PATH] [awr_flow key=value overrides, e.g. algo.steps=1500]
     unilab bench improve_loop --from ARM=LOOP,LOOP,... [--from ARM=...] --out PATH
 
@@ -10,7 +11,8 @@ Each base (a bc_flow run, one training seed each) goes through every arm, each o
 `unilab improve` loop (`unilab.workflows.improve`) from that base:
 
 - `takeover`: rollouts with the task's scripted expert taking over every episode still
-  running after `--takeover-after` seconds (HIL in simulation, ADR 0127);
+  running after `--takeover-after` seconds, and with `--takeover-on-error` at the policy's
+  mistakes (a missed grasp) too (HIL in simulation, ADR 0127);
 - `rollouts`: the policy's own rollouts only (success-weighted, ADR 0123);
 - `demos`: no rollouts (`--episodes 0`), the same awr_flow rounds on the demonstrations
   alone: the control that shows how much of a gain is only more training.
@@ -65,6 +67,8 @@ def loop_row(arm: str, report: dict[str, Any]) -> dict[str, Any]:
         "taken_over": [t["episodes"] if t else 0 for t in taken],
         "rescued": [t["rescued"] if t else 0 for t in taken],
         "wall_s": float(report.get("wall_s", 0.0)),
+        "takeover_after_s": report.get("takeover_after_s"),
+        "takeover_on_error": bool(report.get("takeover_on_error", False)),
         "loop": str(Path(report["store"]).parent),
     }
 
@@ -148,6 +152,7 @@ def run_arms(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
                 seed=i,
                 overrides=args.overrides,
                 takeover_after_s=args.takeover_after if arm == "takeover" else None,
+                takeover_on_error=args.takeover_on_error and arm == "takeover",
             )
             reports.append((arm, report))
     return reports
@@ -161,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=200, help="rollout episodes per round")
     p.add_argument("--eval-episodes", type=int, default=200)
     p.add_argument("--takeover-after", type=float, default=5.0, help="seconds (takeover arm)")
+    p.add_argument(
+        "--takeover-on-error",
+        action="store_true",
+        help="takeover arm: the expert also takes over at the policy's mistakes",
+    )
     p.add_argument("--work", help="folder for the loops (kept)")
     p.add_argument(
         "--from",
@@ -207,7 +217,14 @@ def main(argv: list[str] | None = None) -> int:
             "ratios": ratios,
             "settings": {
                 k: getattr(args, k)
-                for k in ("rounds", "episodes", "eval_episodes", "takeover_after", "overrides")
+                for k in (
+                    "rounds",
+                    "episodes",
+                    "eval_episodes",
+                    "takeover_after",
+                    "takeover_on_error",
+                    "overrides",
+                )
             },
             "notes": args.note,
             "machine": machine_info(),
