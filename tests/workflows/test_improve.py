@@ -188,3 +188,25 @@ def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: P
     assert main(["improve", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert main(["improve", str(tmp_path), "--out", str(out)]) == 2  # not a run directory
     assert not out.exists()
+
+
+def test_a_round_whose_training_fails_stops_the_loop_with_what_is_kept(
+    bc_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import unilab.workflows.train as train_module
+
+    def fails(cfg: object) -> None:
+        raise SystemExit(1)  # what train does when a run ends with problems (e.g. its export)
+
+    monkeypatch.setattr(train_module, "train", fails)
+    out = tmp_path / "failing"
+    argv = ["improve", str(bc_run), "--episodes", "0", "--eval-episodes", "1", "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert (
+        "round 1's training ended with problems" in err and "holds the 0 finished round(s)" in err
+    )
+    assert json.loads((out / "improve.json").read_text())["rounds"] == []

@@ -382,7 +382,15 @@ def improve(
         cfg = round_config(current, store, k - 1, folder / "runs", overrides)
         from unilab.workflows.train import train
 
-        result = train(cfg)
+        try:
+            result = train(cfg)
+        except SystemExit as exc:  # the run ended with problems (printed by the run)
+            raise SystemExit(
+                f"improve: round {k}'s training ended with problems (exit {exc.code}, see "
+                f"above); the loop stops. {out_dir / 'improve.json'} holds the {k - 1} finished "
+                f"round(s); "
+                f"the round's run is under {folder / 'runs'}"
+            ) from None
         if result is None:  # only on a follower rank under torchrun; not a case here
             raise ConfigError("unilab improve trains in one process")
         trained = result.path
