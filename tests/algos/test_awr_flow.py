@@ -200,6 +200,42 @@ def test_gae_blend_uses_the_policys_predictions(store: Path) -> None:
     ds.close()
 
 
+def test_a_takeover_that_failed_anyway_is_no_demonstration(tmp_path: Path) -> None:
+    # two takeovers recorded as `unilab play --takeover-after` records them (the episode a
+    # policy failure, the task's outcome in the tags): one rescued, one that failed anyway
+    path = tmp_path / "rescues.zarr"
+    schema = StoreSchema.build(obs={"policy": 3}, action=2)
+    rng = np.random.default_rng(0)
+    episodes = []
+    for k, rescued in enumerate((True, False, None)):
+        frames = {
+            "obs/policy": rng.normal(0, 1, (L, 3)).astype(np.float32),
+            "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
+            "reward": np.zeros(L, np.float32),
+            "terminated": np.arange(L) == L - 1,
+            "truncated": np.zeros(L, bool),
+            "origin": np.full(L, SIM, np.uint8),
+            "policy_version": np.full(L, 1, np.int64),
+            "is_intervention": np.arange(L) >= 5,
+        }
+        tags = {} if rescued is None else {"intervened": True, "task_success": rescued}
+        meta = {"task": "a", "success": False, "fps": 10.0, "seed": k, "tags": tags}
+        episodes.append((frames, meta))
+    with EpisodeStore.create(path, schema, overwrite=True) as st:
+        st.append_episodes(episodes)
+    ds = FrameDataset(path, action_horizon=H)
+    assert ds.episode_failed_rescue == [False, True, False]
+    a = compute_advantages(FrameTable.from_frames(ds), awr_config(), None)
+    # every episode failed (the policy's outcome): baseline advantage 0 for all frames ...
+    np.testing.assert_allclose(a[[0, 4, L, L + 4, 2 * L, 2 * L + 4]], 0.0)
+    # ... the rescue's intervention frames are pinned as a demonstration, the failed one's
+    # are not; a takeover with no recorded outcome (a station's) is trusted
+    np.testing.assert_allclose(a[5:L], 1.0)
+    np.testing.assert_allclose(a[L + 5 : 2 * L], 0.0)
+    np.testing.assert_allclose(a[2 * L + 5 : 3 * L], 1.0)
+    ds.close()
+
+
 def test_recap_indicator_reaches_the_policy_input_during_training(store: Path) -> None:
     learner, ds = prepared(store, awr_config())
     seen: list[torch.Tensor] = []

@@ -7,7 +7,8 @@ of `SOURCES`: its origin, or `expert` for `sim` frames no learned policy produce
 `compute_advantages` is the advantage of every frame: the episode return
 (`episode_returns`) minus the mean of its task's episodes, blended with GAE over the
 policy's own predictions (`gae_advantages`) at the weight `gae_weight_at` gives the
-iteration, clipped, demonstration and intervention frames pinned. The formulas are
+iteration, clipped, demonstration and intervention frames pinned (not those of a takeover
+that failed the task anyway). The formulas are
 `unilab.algos.advantages`'; the learner is `unilab.algos.awr_flow`.
 """
 
@@ -49,6 +50,8 @@ class FrameTable:
     """(E,) episode metadata `task`."""
     outcomes: list[bool | None]
     """(E,) episode metadata `success` (None: unknown)."""
+    failed_rescue: np.ndarray
+    """(E,) bool: a takeover drove the episode and still failed the task."""
     origin: np.ndarray
     """(N,) uint8 origin codes (indices into `ORIGIN_NAMES`)."""
     is_intervention: np.ndarray
@@ -67,11 +70,18 @@ class FrameTable:
     @classmethod
     def from_frames(cls, frames: Any) -> FrameTable:
         """From a `FrameDataset` (what the offline loop hands the learner)."""
-        needed = ("frame_column", "episode_tasks", "episode_outcomes", "episode_of")
+        needed = (
+            "frame_column",
+            "episode_tasks",
+            "episode_outcomes",
+            "episode_failed_rescue",
+            "episode_of",
+        )
         if not all(hasattr(frames, n) for n in needed):
             raise TypeError(
                 "awr_flow needs its frames as a FrameDataset (frame_column, episode_tasks, "
-                f"episode_outcomes, episode_of); got {type(frames).__name__}"
+                f"episode_outcomes, episode_failed_rescue, episode_of); got "
+                f"{type(frames).__name__}"
             )
         tasks = [str(t) for t in frames.episode_tasks]
         episode_of = np.asarray(frames.episode_of)
@@ -83,6 +93,7 @@ class FrameTable:
             episode_length=lengths,
             tasks=tasks,
             outcomes=list(frames.episode_outcomes),
+            failed_rescue=np.asarray(frames.episode_failed_rescue, dtype=bool),
             origin=np.asarray(col("origin")).astype(np.int64),
             is_intervention=np.asarray(col("is_intervention")).astype(bool),
             policy_version=np.asarray(col("policy_version")).astype(np.int64),
@@ -161,7 +172,8 @@ def compute_advantages(
     gae_weight: float = 0.0,
 ) -> np.ndarray:
     """(N,) per-frame advantages (see the module doc): per-task baseline, blended with GAE
-    over `values` at `gae_weight`, clipped, demonstrations and interventions pinned."""
+    over `values` at `gae_weight`, clipped, demonstrations and interventions pinned (save a
+    failed takeover's)."""
     returns = episode_returns(table, cfg.episode_return)
     early = adv.expand_to_frames(
         adv.episode_baseline_advantages(returns, table.tasks), table.episode_length
@@ -170,10 +182,13 @@ def compute_advantages(
     if values is not None and gae_weight > 0:
         mixed = adv.blend(early, gae_advantages(table, values, cfg.gamma, cfg.lam), gae_weight)
     clipped = adv.clip_advantages(mixed, cfg.clip)
-    sources = frame_sources(
-        table.origin, table.policy_version, is_intervention=table.is_intervention
-    )
-    demo = np.isin(sources, [SOURCES.index(s) for s in cfg.demo_sources]) | table.is_intervention
+    # by origin (a station's recording is `human`); takeovers are judged apart below
+    sources = frame_sources(table.origin, table.policy_version)
+    # A takeover that still failed is no demonstration (40 % of the scripted expert's
+    # intervention frames on arm_around_obstacle, its longest segments): those frames keep
+    # their episode's advantage. Interventions with no known outcome (a station's) count.
+    trusted = table.is_intervention & ~table.failed_rescue[table.episode_of]
+    demo = np.isin(sources, [SOURCES.index(s) for s in cfg.demo_sources]) | trusted
     clipped[demo] = cfg.demo_advantage
     return clipped
 

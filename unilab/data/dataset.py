@@ -134,6 +134,12 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         """Each episode's `task` metadata ('' where none)."""
         self.episode_outcomes: list[bool | None] = [m.success for m in metas]
         """Each episode's `success` metadata (None where unknown)."""
+        self.episode_failed_rescue = [
+            m.tags.get("intervened") is True and m.tags.get("task_success") is False for m in metas
+        ]
+        """Each episode: a takeover drove it and still failed the task (`PlayRecorder`'s
+        `intervened` and `task_success` tags), so its intervention frames are no
+        demonstration."""
         self._episode_success = np.array([m.success is True for m in metas], bool)
         self._outcome: dict[str, np.ndarray] = (
             self._outcome_targets([m.success for m in metas]) if outcome_targets else {}
