@@ -417,7 +417,7 @@ def improve(
             f"(start {format_rate(baseline['success_rate'])}); rollouts {rollouts['episodes']} "
             f"episodes, success {format_rate(rollouts['success_rate'])}{taken_note(rollouts)}; "
             f"store {frames['total']} "
-            f"frames {frames['by_origin']}; advantage mean {stats.get('adv_mean', 0.0):+.3f}, "
+            f"frames by source {frames['by_source']}; advantage mean {stats.get('adv_mean', 0.0):+.3f}, "
             f"{100 * stats.get('adv_positive', 0.0):.0f} % positive, GAE weight "
             f"{stats.get('gae_weight', 0.0):.2f}; {summary['wall_s']:.0f} s"
         )
