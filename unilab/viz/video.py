@@ -82,6 +82,9 @@ class SceneCamera:
         cam = self._camera
         assert isinstance(cam, mujoco.MjvCamera)
         model = data.model
+        # The positions of a state copied in (a batch's `get_data` after a reset) may predate
+        # it: objects parked off the table until reset would frame a scene metres wide.
+        mujoco.mj_kinematics(model, data)
         moving = np.asarray(model.geom_bodyid) > 0
         if not moving.any():
             return
