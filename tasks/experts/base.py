@@ -74,6 +74,8 @@ class ScriptedExpert:
     """Base: modes, phases, per-episode noise and the conversion of waypoints to actions."""
 
     mode_names: ClassVar[tuple[str, ...]]
+    judges_mistakes: ClassVar[bool] = False
+    """Whether `off_track` can flag anything (a takeover on mistakes needs it)."""
 
     def __init__(self, task: TabletopTask, seed: int = 0) -> None:
         self.task = task
@@ -250,6 +252,7 @@ class PickPlaceExpert(ScriptedExpert):
     """
 
     num_via: ClassVar[int] = 0
+    judges_mistakes: ClassVar[bool] = True
     APPROACH, DESCEND, CLOSE, LIFT, VIA = 0, 1, 2, 3, 4
     """Phases; the via points take VIA..VIA+num_via-1, then TRANSPORT, LOWER, RELEASE, RETREAT."""
 

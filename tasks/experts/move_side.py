@@ -19,6 +19,7 @@ _PAD_HALF_THICKNESS = 0.016
 @register_expert("arm_move_side")
 class MoveSideExpert(PickPlaceExpert):
     mode_names: ClassVar[tuple[str, ...]] = ("push", "carry")
+    judges_mistakes: ClassVar[bool] = False  # see off_track
     task: ArmMoveSide
     # Push phases (PickPlaceExpert's phases serve the carry mode).
     P_ABOVE, P_DOWN, P_PUSH, P_BACK = 0, 1, 2, 3

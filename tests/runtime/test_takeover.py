@@ -188,8 +188,13 @@ def test_a_missed_grasp_hands_the_episode_to_the_expert(task_name: str) -> None:
 
 def test_closed_fingers_are_no_mistake_where_they_push() -> None:
     task = seeded_task()  # arm_move_side: its push mode moves the cube with closed fingers
-    takeover = ExpertTakeover(make_expert(task, seed=0), off_track=True)
-    _, seen = steps_of(task, HoldStill(grip=-1.0), takeover, steps=3 * MISSED_GRASP_STEPS)
+    expert = make_expert(task, seed=0)
+    assert not expert.judges_mistakes
+    with pytest.raises(ValueError, match="cannot tell the policy's mistakes"):
+        ExpertTakeover(expert, off_track=True)  # it would never take over
+    steps = 3 * MISSED_GRASP_STEPS
+    takeover = ExpertTakeover(expert, after_steps=steps, off_track=True)
+    _, seen = steps_of(task, HoldStill(grip=-1.0), takeover, steps=steps)
     assert not any(info.intervention.any() for info in seen if info.intervention is not None)
     task.close()
 

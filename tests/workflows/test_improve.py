@@ -179,6 +179,12 @@ def test_play_with_a_takeover_records_interventions(bc_run: Path, tmp_path: Path
     assert main(bad) == 2
     assert main(["play", "expert", "task=arm_move_side", "--takeover-after", "1"]) == 2
     assert main(["play", "expert", "task=arm_move_side", "--takeover-on-error"]) == 2
+    # arm_move_side's expert cannot tell a mistake (its push closes the fingers on purpose):
+    # a takeover on mistakes alone would never come, in play or in improve
+    assert main(["play", str(bc_run), "--takeover-on-error", "--out", str(tmp_path)]) == 2
+    never = tmp_path / "never"
+    argv = ["improve", str(bc_run), "--episodes", "2", "--takeover-on-error", "--out", str(never)]
+    assert main(argv) == 2 and not never.exists()
 
 
 def test_bad_inputs_are_refused_before_anything_starts(bc_run: Path, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from unilab.config.errors import ConfigError
 from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.failure_alerts import Alert
 from unilab.deploy.live_alerts import AlertMonitor, AlertOptions
@@ -150,7 +151,10 @@ def _takeover(
     from unilab.runtime.takeover import ExpertTakeover
 
     steps = None if after_s is None else round(after_s / task.control_dt)
-    return ExpertTakeover(_expert(task, seed), steps, off_track=on_error)
+    try:
+        return ExpertTakeover(_expert(task, seed), steps, off_track=on_error)
+    except ValueError as exc:  # e.g. an expert that cannot tell mistakes: bad flags
+        raise ConfigError(str(exc)) from None
 
 
 def play(

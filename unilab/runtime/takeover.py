@@ -34,6 +34,12 @@ class ExpertTakeover:
             raise ValueError("a takeover needs a trigger: after_steps=..., off_track=True or both")
         if after_steps is not None and after_steps < 0:
             raise ValueError(f"after_steps={after_steps} must be >= 0 (control steps)")
+        if off_track and after_steps is None and not expert.judges_mistakes:
+            raise ValueError(
+                f"{type(expert).__name__} cannot tell the policy's mistakes (task "
+                f"{expert.task.cfg.name!r}), so a takeover on them alone would never happen; "
+                "add a time trigger (takeover after S seconds)"
+            )
         self.expert = expert
         self.task = expert.task
         self.after_steps = None if after_steps is None else int(after_steps)

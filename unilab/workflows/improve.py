@@ -126,6 +126,24 @@ def round_config(
     return compose(tokens, base=base)
 
 
+def check_takeover_trigger(
+    doc: dict[str, Any], takeover_after_s: float | None, takeover_on_error: bool
+) -> None:
+    """ConfigError before anything runs when `--takeover-on-error` is the only trigger and
+    the run's task has an expert that cannot tell the policy's mistakes."""
+    if not takeover_on_error or takeover_after_s is not None:
+        return
+    from unilab.tasks.experts import EXPERTS
+
+    name = str((doc.get("task") or {}).get("name", ""))
+    if name in EXPERTS.names() and not EXPERTS.get(name).judges_mistakes:
+        raise ConfigError(
+            f"--takeover-on-error: the expert of {name!r} cannot tell the policy's mistakes "
+            "(no missed-grasp judgement), so no episode would be taken over; add "
+            "--takeover-after S"
+        )
+
+
 def store_frames(store: Path) -> dict[str, Any]:
     """Frames of the store in total, by origin and by awr_flow sampling source, and its
     episodes."""
@@ -317,6 +335,7 @@ def improve(
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 0:
         raise ConfigError(f"--episodes={episodes} must be >= 0 (0: the demonstrations alone)")
+    check_takeover_trigger(saved_config(Path(run)), takeover_after_s, takeover_on_error)
     if episodes == 0 and (takeover_after_s is not None or takeover_on_error):
         raise ConfigError(
             "--takeover-after / --takeover-on-error need rollouts to take over: --episodes >= 1"
