@@ -19,9 +19,11 @@ Each round is one run directory, made in four steps:
    loop in `improve.json` (with the starting run's own evaluation as round 0).
 
 With `takeover_after_s` (`--takeover-after S`) the rollouts are HIL in simulation: the
-task's scripted expert takes over every episode still running after S seconds
-(`unilab.runtime.takeover`), its frames stored as interventions (`is_intervention`: the
-fixed demonstration advantage in awr_flow) and the episode as a policy failure. The round
+task's scripted expert takes over every episode still running after S seconds, and with
+`takeover_on_error` (`--takeover-on-error`) at the step it sees the policy make a mistake
+(`unilab.runtime.takeover`). Its frames are stored as interventions (`is_intervention`:
+awr_flow's `human` source, at the fixed demonstration advantage unless the rescue failed)
+and the episode as a policy failure. The round
 then reports the policy's own success (episodes it finished before any takeover) beside
 the rescued share.
 
