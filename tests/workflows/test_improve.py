@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,10 @@ from unilab.bench.expert_demos import write_expert_store
 from unilab.cli import main
 from unilab.data.dataset import FrameDataset
 from unilab.data.store import EpisodeStore
+from unilab.deploy.play import play
+from unilab.deploy.policy_source import LoadedPolicy, load_policy
+from unilab.deploy.sim_task import configs_for_policy
+from unilab.runtime.policy import ActionChunk
 
 TASK = ["task=arm_move_side", "task.state_policy=true", "task.cameras=[]"]
 TINY = [
@@ -216,3 +221,35 @@ def test_a_round_whose_training_fails_stops_the_loop_with_what_is_kept(
         "round 1's training ended with problems" in err and "holds the 0 finished round(s)" in err
     )
     assert json.loads((out / "improve.json").read_text())["rounds"] == []
+
+
+class Overdriven:
+    """A policy whose every action is three times the trained one's: outside the task's
+    [-1, 1], which the task clips before executing."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.obs_groups = policy.obs_groups
+        self.action_dim = policy.action_dim
+        self.action_horizon = policy.action_horizon
+
+    def act(self, obs: Any, deterministic: bool = False) -> ActionChunk:
+        return ActionChunk(self.act_inference(obs))
+
+    def act_inference(self, obs: Any) -> np.ndarray:
+        return 3.0 * np.asarray(self.policy.act_inference(obs)) + 1.5
+
+
+def test_play_records_the_actions_the_task_executed(bc_run: Path, tmp_path: Path) -> None:
+    # the next round imitates the stored actions: they must be what was executed
+    loaded = load_policy(bc_run)
+    loud = LoadedPolicy(Overdriven(loaded.policy), loaded.metadata, loaded.source)
+    meta = loaded.metadata
+    task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, [])
+    store = tmp_path / "loud.zarr"
+    play(loud, task_cfg, sim_cfg, tmp_path, "loud", episodes=2, video=False, rerun=False,
+         record=store)  # fmt: skip
+    with EpisodeStore.open(store, "r") as st:
+        actions = st.read("action")
+    assert len(actions) > 0 and np.abs(actions).max() <= 1.0
+    assert (actions == 1.0).mean() > 0.5  # mostly driven to the bound, and stored there

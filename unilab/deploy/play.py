@@ -265,7 +265,7 @@ def play(
         if store is not None:
             store.add(
                 info.obs,
-                info.actions,
+                task.actions.copy(),  # what the step executed: the policy's, clipped
                 out.reward,
                 out.terminated,
                 out.truncated,
