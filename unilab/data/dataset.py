@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import Dataset
 
 from unilab.data.errors import SchemaMismatchError
+from unilab.data.schema import INTERVENED_TAG, TASK_SUCCESS_TAG
 from unilab.data.store import EpisodeStore
 
 PERTURBED_FIELD = "perturbed"
@@ -135,7 +136,8 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         self.episode_outcomes: list[bool | None] = [m.success for m in metas]
         """Each episode's `success` metadata (None where unknown)."""
         self.episode_failed_rescue = [
-            m.tags.get("intervened") is True and m.tags.get("task_success") is False for m in metas
+            m.tags.get(INTERVENED_TAG) is True and m.tags.get(TASK_SUCCESS_TAG) is False
+            for m in metas
         ]
         """Each episode: a takeover drove it and still failed the task (`PlayRecorder`'s
         `intervened` and `task_success` tags), so its intervention frames are no

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab.data.schema import FieldSpec, StoreSchema
+from unilab.data.schema import INTERVENED_TAG, TASK_SUCCESS_TAG, FieldSpec, StoreSchema
 from unilab.data.store import EpisodeStore
 from unilab.data.writer import EpisodeWriter
 
@@ -71,7 +71,7 @@ class PlayRecorder:
             task_success = None if success is None else bool(np.asarray(success)[env] > 0.5)
             if self._intervened[env]:
                 base = self.writer.default_meta
-                tags = {**base.tags, "intervened": True, "task_success": task_success}
+                tags = {**base.tags, INTERVENED_TAG: True, TASK_SUCCESS_TAG: task_success}
                 meta = dataclasses.replace(base, success=False, tags=tags)
             elif task_success is not None:
                 meta = dataclasses.replace(self.writer.default_meta, success=task_success)

@@ -19,6 +19,10 @@ from unilab.data.errors import SchemaMismatchError
 
 ORIGINS: tuple[str, ...] = ("sim", "real", "human", "wm")
 """`origin` codes: index in this tuple is the stored uint8."""
+INTERVENED_TAG = "intervened"
+"""Episode tag: a takeover drove some of its frames (its `success` is then the policy's)."""
+TASK_SUCCESS_TAG = "task_success"
+"""Episode tag of an intervened episode: the task's own outcome (was it rescued?)."""
 
 SEGMENTS: tuple[str, ...] = ("none", "progress", "idle", "failure", "recovery")
 """`segment` codes: index in this tuple is the stored uint8."""

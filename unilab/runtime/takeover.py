@@ -22,6 +22,21 @@ import numpy as np
 from unilab.tasks.experts.base import ScriptedExpert
 
 
+def trigger_problem(
+    expert: type[ScriptedExpert], task_name: str, timed: bool, off_track: bool
+) -> str | None:
+    """Why takeovers by `expert` (a class) with these triggers would never come, or None:
+    no trigger at all, or only the mistake trigger with an expert that cannot judge any."""
+    if not timed and not off_track:
+        return "a takeover needs a trigger: a time (after S seconds), mistakes, or both"
+    if off_track and not timed and not expert.judges_mistakes:
+        return (
+            f"{expert.__name__} cannot tell the policy's mistakes (task {task_name!r}), so a "
+            "takeover on them alone would never come; add a time trigger (after S seconds)"
+        )
+    return None
+
+
 class ExpertTakeover:
     """The expert drives each episode from its `after_steps`-th step on, or (`off_track`)
     from the step it sees the policy make a mistake (`ScriptedExpert.off_track`: for the
@@ -30,16 +45,13 @@ class ExpertTakeover:
     def __init__(
         self, expert: ScriptedExpert, after_steps: int | None = None, off_track: bool = False
     ) -> None:
-        if after_steps is None and not off_track:
-            raise ValueError("a takeover needs a trigger: after_steps=..., off_track=True or both")
+        problem = trigger_problem(
+            type(expert), expert.task.cfg.name, after_steps is not None, off_track
+        )
+        if problem:
+            raise ValueError(problem)
         if after_steps is not None and after_steps < 0:
             raise ValueError(f"after_steps={after_steps} must be >= 0 (control steps)")
-        if off_track and after_steps is None and not expert.judges_mistakes:
-            raise ValueError(
-                f"{type(expert).__name__} cannot tell the policy's mistakes (task "
-                f"{expert.task.cfg.name!r}), so a takeover on them alone would never happen; "
-                "add a time trigger (takeover after S seconds)"
-            )
         self.expert = expert
         self.task = expert.task
         self.after_steps = None if after_steps is None else int(after_steps)

@@ -133,17 +133,16 @@ def check_takeover_trigger(
 ) -> None:
     """ConfigError before anything runs when `--takeover-on-error` is the only trigger and
     the run's task has an expert that cannot tell the policy's mistakes."""
-    if not takeover_on_error or takeover_after_s is not None:
+    if not takeover_on_error:
         return
+    from unilab.runtime.takeover import trigger_problem
     from unilab.tasks.experts import EXPERTS
 
     name = str((doc.get("task") or {}).get("name", ""))
-    if name in EXPERTS.names() and not EXPERTS.get(name).judges_mistakes:
-        raise ConfigError(
-            f"--takeover-on-error: the expert of {name!r} cannot tell the policy's mistakes "
-            "(no missed-grasp judgement), so no episode would be taken over; add "
-            "--takeover-after S"
-        )
+    if name in EXPERTS.names():
+        problem = trigger_problem(EXPERTS.get(name), name, takeover_after_s is not None, True)
+        if problem:
+            raise ConfigError(f"--takeover-on-error: {problem} (--takeover-after S)")
 
 
 def store_frames(store: Path) -> dict[str, Any]:
