@@ -40,6 +40,13 @@ class CartpoleBalanceConfig(TaskConfig):
     init_cart_bins: int = 1
     """Reset bins over |initial cart position| in [0, init_cart_pos], as for the angle;
     with both, a bin is one (angle band, cart band) pair."""
+    swing_up: bool = False
+    """The swing-up variant: the pole may fall and turn freely (no `pole_fell`
+    termination), `init_angle` may reach pi (hanging down), and success is the pole
+    within max_pole_angle of upright and turning slower than `success_max_pole_speed` at
+    the episode's last step, so a pole swinging through the top does not count."""
+    success_max_pole_speed: float = 2.0
+    """Swing-up success: the largest |pole angular velocity| (rad/s) at the last step."""
 
 
 @register_task("cartpole_balance", CartpoleBalanceConfig)
@@ -80,10 +87,16 @@ class CartpoleBalance(Task):
                 f"task {cfg.name!r}: balance_tolerance={cfg.balance_tolerance} must be in "
                 f"(0, max_pole_angle={cfg.max_pole_angle})"
             )
-        if not 0 <= cfg.init_angle < cfg.max_pole_angle:
+        if cfg.swing_up and not 0 <= cfg.init_angle <= np.pi:
+            raise ValueError(
+                f"task {cfg.name!r}: init_angle={cfg.init_angle} must be in [0, pi] for the "
+                "swing-up variant (pi: hanging straight down)"
+            )
+        if not cfg.swing_up and not 0 <= cfg.init_angle < cfg.max_pole_angle:
             raise ValueError(
                 f"task {cfg.name!r}: init_angle={cfg.init_angle} must be in [0, "
-                f"max_pole_angle={cfg.max_pole_angle}) or episodes start fallen"
+                f"max_pole_angle={cfg.max_pole_angle}) or episodes start fallen (or set "
+                "task.swing_up=true to start below)"
             )
         self.action_dim = 1
         super().__init__(cfg, **kwargs)  # type: ignore[arg-type]
@@ -100,12 +113,18 @@ class CartpoleBalance(Task):
         policy = np.stack([q[:, 0], np.cos(q[:, 1]), np.sin(q[:, 1]), v[:, 0], v[:, 1]], axis=1)
         return {"policy": policy.astype(np.float32)}
 
+    def pole_angle(self) -> np.ndarray:
+        """(n,) pole angle from upright wrapped to [-pi, pi] (the hinge turns freely, so in
+        the swing-up variant the raw joint angle can be several turns)."""
+        q = self.sim.qpos[:, 1]
+        return np.arctan2(np.sin(q), np.cos(q))
+
     def reward_upright(self) -> np.ndarray:
         return np.clip(np.cos(self.sim.qpos[:, 1]), 0.0, 1.0)
 
     def reward_balanced(self) -> np.ndarray:
         """1 while the pole is within balance_tolerance of upright (sparse; off by default)."""
-        return (np.abs(self.sim.qpos[:, 1]) < self.cfg.balance_tolerance).astype(np.float64)
+        return (np.abs(self.pole_angle()) < self.cfg.balance_tolerance).astype(np.float64)
 
     def reward_balanced_at_center(self) -> np.ndarray:
         """1 while the pole is balanced and the cart within center_tolerance of the centre
@@ -128,10 +147,10 @@ class CartpoleBalance(Task):
 
     def terminations(self) -> dict[str, np.ndarray]:
         q = self.sim.qpos
-        return {
-            "pole_fell": np.abs(q[:, 1]) > self.cfg.max_pole_angle,
-            "cart_out": np.abs(q[:, 0]) > self.cfg.max_cart_pos,
-        }
+        cart_out = np.abs(q[:, 0]) > self.cfg.max_cart_pos
+        if self.cfg.swing_up:
+            return {"cart_out": cart_out}
+        return {"pole_fell": np.abs(q[:, 1]) > self.cfg.max_pole_angle, "cart_out": cart_out}
 
     def reset_envs(self, ids: np.ndarray) -> None:
         n = len(ids)
@@ -155,9 +174,12 @@ class CartpoleBalance(Task):
 
     def task_metrics(self) -> dict[str, np.ndarray]:
         q = self.sim.qpos
+        angle = np.abs(self.pole_angle())
         # Scored at an episode's last step: 1 when it ran to the time limit balanced.
         cart_limit = (
             self.cfg.center_tolerance if self.cfg.success_at_center else self.cfg.max_cart_pos
         )
-        upright = (np.abs(q[:, 1]) <= self.cfg.max_pole_angle) & (np.abs(q[:, 0]) <= cart_limit)
-        return {"pole_angle_abs": np.abs(q[:, 1]), "success": upright.astype(np.float32)}
+        upright = (angle <= self.cfg.max_pole_angle) & (np.abs(q[:, 0]) <= cart_limit)
+        if self.cfg.swing_up:
+            upright &= np.abs(self.sim.qvel[:, 1]) <= self.cfg.success_max_pole_speed
+        return {"pole_angle_abs": angle, "success": upright.astype(np.float32)}
