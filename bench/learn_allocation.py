@@ -33,6 +33,7 @@ BIN_KEYS = {
     "arm_reach": "task.target_bins",
     "arm_lift_cube": "task.cube_bins",
     "cartpole_balance": "task.init_angle_bins",
+    "planar_reach": "task.target_bins",
 }
 """The config key that cuts each task's starting conditions into reset bins."""
 

@@ -10,7 +10,7 @@ model = load_model(spec)  # loads the scene and checks the spec against it
 from __future__ import annotations
 
 # Importing each robot module registers its spec.
-from . import arm, cartpole, humanoid, quadruped
+from . import arm, cartpole, humanoid, planar_arm, quadruped
 from .registry import ROBOTS, get_robot, list_robots
 from .spec import RobotSpec
 
@@ -22,5 +22,6 @@ __all__ = [
     "get_robot",
     "humanoid",
     "list_robots",
+    "planar_arm",
     "quadruped",
 ]

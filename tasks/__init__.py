@@ -10,6 +10,7 @@ from unilab.tasks import arm_stack as arm_stack
 from unilab.tasks import cartpole_balance
 from unilab.tasks import humanoid_walk as humanoid_walk
 from unilab.tasks import mjcf as mjcf
+from unilab.tasks import planar_reach as planar_reach
 from unilab.tasks import quadruped_joystick as quadruped_joystick
 from unilab.tasks.registry import TASKS, make_task, register_task
 

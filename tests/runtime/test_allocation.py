@@ -233,6 +233,40 @@ def test_cartpole_cart_bands_start_far_and_pay_only_at_home() -> None:
         make_task(CartpoleBalanceConfig(init_cart_pos=2.5), num_envs=1)
 
 
+def test_cartpole_swing_up_lets_the_pole_fall_and_scores_only_a_slow_upright_pole() -> None:
+    """The swing-up variant: bins reach down to hanging (pi), a fallen pole does not end
+    the episode, angles are wrapped (a pole one full turn round is upright again), and
+    success needs the pole upright and slow at the last step."""
+    from unilab.tasks.cartpole_balance import CartpoleBalanceConfig
+    from unilab.tasks.registry import make_task
+
+    cfg = CartpoleBalanceConfig(
+        swing_up=True, init_angle=np.pi, init_angle_bins=6, episode_length_s=1.0
+    )
+    task = make_task(cfg, num_envs=32, seed=0)
+    task.bin_probs = np.eye(6, dtype=np.float32)[5]  # the hanging band
+    task.reset()
+    assert (np.abs(task.sim.qpos[:, 1]) >= 5 * np.pi / 6 - 1e-9).all()
+    for _ in range(task.max_episode_steps - 1):  # nothing ends before the time limit
+        step = task.step(np.zeros((32, 1), np.float32))
+        assert not step.terminated.any()
+        assert not step.extras["success"].any()  # a hanging pole is no success
+    assert "pole_fell" not in step.reasons
+    # one full turn round, upright and still: success; turning fast through the top: not
+    state = task.sim.qpos.copy()
+    state[:, 1] = 2 * np.pi + 0.01
+    task.sim.reset(np.arange(32), qpos=state, qvel=np.zeros((32, 2)))
+    assert task.pole_angle() == pytest.approx(0.01)
+    assert task.task_metrics()["success"].all()
+    assert task.reward_balanced().all()
+    task.sim.reset(np.arange(32), qpos=state, qvel=np.tile([0.0, 5.0], (32, 1)))
+    assert not task.task_metrics()["success"].any()
+    with pytest.raises(ValueError, match="pi"):
+        make_task(CartpoleBalanceConfig(swing_up=True, init_angle=3.5), num_envs=1)
+    with pytest.raises(ValueError, match="swing_up"):
+        make_task(CartpoleBalanceConfig(init_angle=1.0), num_envs=1)
+
+
 def test_a_task_without_bins_draws_nothing() -> None:
     from unilab.tasks.arm_reach import ArmReachConfig
     from unilab.tasks.registry import make_task
