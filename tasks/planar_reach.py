@@ -42,10 +42,14 @@ class PlanarReachConfig(TaskConfig):
 
 @register_task("planar_reach", PlanarReachConfig)
 class PlanarReach(Task):
-    """Move the planar arm's fingertip to a random target (2 torque actions, 14 observations)."""
+    """Move the planar arm's fingertip to a random target (2 joint-target actions, 14
+    observations)."""
 
     robot: ClassVar[RobotSpec] = get_robot("planar_arm")
     control_dt: ClassVar[float] = 0.02
+    # An action is the joint targets (rad) themselves: |action| <= pi reaches straight
+    # behind; a zero action holds the stretched-out start pose.
+    action_clip: ClassVar[float] = float(np.pi)
     # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
     # whole 3 s episode returns just under 3.
     default_reward_weights: ClassVar[dict[str, float]] = {
@@ -75,6 +79,9 @@ class PlanarReach(Task):
         super().__init__(cfg, **kwargs)  # type: ignore[arg-type]
         self._fingertip = self.model.site(self.robot.sites["fingertip"]).id
         self._mocap = self.sim.bind("mocap_pos")[:, 0]
+        servos = [self.model.actuator(name).id for name in self.robot.actuator_names]
+        self._ctrl_low = self.model.actuator_ctrlrange[servos, 0].copy()
+        self._ctrl_high = self.model.actuator_ctrlrange[servos, 1].copy()
         self.target = np.zeros((self.num_envs, 2), dtype=np.float64)
         """(n, 2) target point per env on the floor plane (x, y in m); drawn at each reset."""
         self.set_target(np.arange(self.num_envs), np.tile([high, 0.0], (self.num_envs, 1)))
@@ -125,7 +132,8 @@ class PlanarReach(Task):
         return np.linalg.norm(self.target - self.fingertip, axis=1)
 
     def action_to_ctrl(self, actions: np.ndarray) -> np.ndarray:
-        return actions.astype(np.float64)
+        target = np.asarray(self.robot.default_pose) + self.robot.action_scale * actions
+        return np.clip(target, self._ctrl_low, self._ctrl_high)
 
     def observe(self) -> dict[str, np.ndarray]:
         q, v = self.sim.qpos, self.sim.qvel

@@ -19,9 +19,16 @@ MASS_RANGE_KG = {
     "quadruped": (11.0, 14.0),
     "humanoid": (45.0, 52.0),
     "arm": (16.0, 21.0),
+    "planar_arm": (0.2, 0.25),
 }
 # Legged robots step at 200 Hz so that tasks control at 50 Hz with 4 substeps.
-TIMESTEP = {"cartpole": 0.01, "quadruped": 0.005, "humanoid": 0.005, "arm": 0.002}
+TIMESTEP = {
+    "cartpole": 0.01,
+    "quadruped": 0.005,
+    "humanoid": 0.005,
+    "arm": 0.002,
+    "planar_arm": 0.01,
+}
 
 
 def home(spec: RobotSpec) -> tuple[mujoco.MjModel, mujoco.MjData]:
@@ -37,8 +44,8 @@ def no_warnings(data: mujoco.MjData) -> bool:
     return all(w.number == 0 for w in data.warning)
 
 
-def test_the_four_robots_are_registered() -> None:
-    assert list_robots() == ["arm", "cartpole", "humanoid", "quadruped"]
+def test_the_five_robots_are_registered() -> None:
+    assert list_robots() == ["arm", "cartpole", "humanoid", "planar_arm", "quadruped"]
     assert get_robot("quadruped") is ROBOTS.get("quadruped")
 
 
@@ -47,7 +54,7 @@ def test_unknown_robot_name_lists_the_registered_ones() -> None:
         get_robot("quadroped")
 
 
-@pytest.mark.parametrize("name", ["arm", "cartpole", "humanoid", "quadruped"])
+@pytest.mark.parametrize("name", ["arm", "cartpole", "humanoid", "planar_arm", "quadruped"])
 def test_robot_loads_and_matches_its_spec(name: str) -> None:
     spec = get_robot(name)
     model = load_model(spec)  # validates names, ranges, gains and keyframe
@@ -225,3 +232,21 @@ def test_cartpole_motor_pushes_the_cart_with_ten_newtons_at_full_action() -> Non
     # is F / (m_cart + m_pole / 4), and the pole starts to tip backwards.
     assert data.qacc[0] == pytest.approx(spec.effort_limit[0] / (1.0 + 0.1 / 4), rel=0.03)
     assert data.qacc[1] < 0
+
+
+def test_planar_arm_servos_turn_it_half_a_turn_in_about_a_second() -> None:
+    """A half-turn step of the shoulder target: the stretched-out arm gets there in 0.6-1.5 s
+    and settles without warnings; the servo torque saturates at the 0.1 N m limit."""
+    spec = get_robot("planar_arm")
+    model, data = home(spec)
+    assert spec.control_mode == "position" and spec.effort_limit == (0.1, 0.1)
+    data.ctrl[model.actuator(spec.actuator_names[0]).id] = 3.0
+    arrived = None
+    for step, _ in enumerate(run_holding_home(model, data, 2.0)):
+        if step == 0:
+            assert data.qfrc_actuator[0] == pytest.approx(0.1)  # saturated at the limit
+        if arrived is None and data.qpos[0] > 2.9:
+            arrived = (step + 1) * model.opt.timestep
+    assert no_warnings(data)
+    assert arrived is not None and 0.6 < arrived < 1.5
+    assert data.qpos[0] == pytest.approx(3.0, abs=0.02) and abs(data.qpos[1]) < 0.02
