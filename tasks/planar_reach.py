@@ -32,7 +32,9 @@ class PlanarReachConfig(TaskConfig):
     success_tolerance: float = 0.02
     """The fingertip counts as on target within this distance (m)."""
     tracking_sigma: float = 0.1
-    """Length scale (m) of the dense tracking term 1 - tanh(d / sigma)."""
+    """Length scale (m) of the coarse tracking term 1 - tanh(d / sigma)."""
+    fine_tracking_sigma: float = 0.01
+    """Length scale (m) of the fine tracking term, which sharpens the last centimetres."""
     init_joint_noise: float = 0.1
     """Initial joint angles are the stretched-out pose +- this (rad), uniform."""
     target_bins: list[int] = field(default_factory=lambda: [1, 1])
@@ -51,9 +53,10 @@ class PlanarReach(Task):
     # behind; a zero action holds the stretched-out start pose.
     action_clip: ClassVar[float] = float(np.pi)
     # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
-    # whole 3 s episode returns just under 3.
+    # whole 3 s episode returns just under 6.
     default_reward_weights: ClassVar[dict[str, float]] = {
         "tracking": 1.0,
+        "tracking_fine": 1.0,
         "action_rate": -0.01,
         "joint_velocity": -0.001,
         "success": 0.0,  # off by default; the sparse variant: task.reward_weights.success=1
@@ -69,11 +72,14 @@ class PlanarReach(Task):
                 f"task {cfg.name!r}: target_radius={list(cfg.target_radius)} must be [min, max]"
                 f" distances (m) with 0 <= min <= max <= {REACH} (the arm's reach)"
             )
-        if cfg.success_tolerance <= 0 or cfg.tracking_sigma <= 0:
-            raise ValueError(
-                f"task {cfg.name!r}: success_tolerance and tracking_sigma must be > 0, got "
-                f"{cfg.success_tolerance} and {cfg.tracking_sigma}"
-            )
+        sizes = {
+            "success_tolerance": cfg.success_tolerance,
+            "tracking_sigma": cfg.tracking_sigma,
+            "fine_tracking_sigma": cfg.fine_tracking_sigma,
+        }
+        bad = [f"{key}={value}" for key, value in sizes.items() if value <= 0]
+        if bad:
+            raise ValueError(f"task {cfg.name!r}: {', '.join(bad)} must be > 0 (metres)")
         check_bins(cfg.name, "target_bins", cfg.target_bins, ("radius", "angle"))
         self.action_dim = 2
         super().__init__(cfg, **kwargs)  # type: ignore[arg-type]
@@ -143,6 +149,9 @@ class PlanarReach(Task):
 
     def reward_tracking(self) -> np.ndarray:
         return 1.0 - np.tanh(self.distance / self.cfg.tracking_sigma)
+
+    def reward_tracking_fine(self) -> np.ndarray:
+        return 1.0 - np.tanh(self.distance / self.cfg.fine_tracking_sigma)
 
     def reward_success(self) -> np.ndarray:
         """1 while the fingertip is within success_tolerance of the target (sparse)."""
