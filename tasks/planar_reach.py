@@ -67,8 +67,8 @@ class PlanarReach(Task):
     cfg: PlanarReachConfig
 
     def __init__(self, cfg: PlanarReachConfig, **kwargs: object) -> None:
-        low, high = (list(cfg.target_radius) + [0.0, 0.0])[:2]
-        if len(cfg.target_radius) != 2 or not 0 <= low <= high <= REACH:
+        radius = list(cfg.target_radius)
+        if len(radius) != 2 or not 0 <= radius[0] <= radius[1] <= REACH:
             raise ValueError(
                 f"task {cfg.name!r}: target_radius={list(cfg.target_radius)} must be [min, max]"
                 f" distances (m) with 0 <= min <= max <= {REACH} (the arm's reach)"
@@ -91,7 +91,9 @@ class PlanarReach(Task):
         self._ctrl_high = self.model.actuator_ctrlrange[servos, 1].copy()
         self.target = np.zeros((self.num_envs, 2), dtype=np.float64)
         """(n, 2) target point per env on the floor plane (x, y in m); drawn at each reset."""
-        self.set_target(np.arange(self.num_envs), np.tile([high, 0.0], (self.num_envs, 1)))
+        # Until the first reset(): straight ahead at the ring's outer edge, no rng drawn.
+        outer = np.tile([radius[1], 0.0], (self.num_envs, 1))
+        self.set_target(np.arange(self.num_envs), outer)
 
     @property
     def num_reset_bins(self) -> int:

@@ -34,7 +34,9 @@ def test_targets_fall_in_their_radius_band_and_angle_sector() -> None:
             radius, angle = polar(task.target)
             assert ((radius >= 0.06 + 0.08 * band) & (radius <= 0.14 + 0.08 * band)).all()
             # sector k is centred on k quarter turns from the start direction (+x)
-            offset = np.arctan2(np.sin(angle - sector * np.pi / 2), np.cos(angle - sector * np.pi / 2))
+            offset = np.arctan2(
+                np.sin(angle - sector * np.pi / 2), np.cos(angle - sector * np.pi / 2)
+            )
             assert (np.abs(offset) <= np.pi / 4 + 1e-9).all()
             assert np.ptp(offset) > 0.5 * np.pi / 2  # spread over the sector
     whole = make_task(PlanarReachConfig(), num_envs=512, seed=1)
