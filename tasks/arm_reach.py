@@ -15,6 +15,7 @@ from unilab.config.schema import TaskConfig
 from unilab.robots import get_robot
 from unilab.robots.spec import RobotSpec
 from unilab.tasks.base import Task
+from unilab.tasks.reach_terms import ReachTerms
 from unilab.tasks.registry import register_task
 from unilab.tasks.reset_bins import check_bins, grid_cell_box
 
@@ -155,7 +156,7 @@ class ArmReachConfig(TaskConfig):
 
 
 @register_task("arm_reach", ArmReachConfig)
-class ArmReach(ArmTask):
+class ArmReach(ReachTerms, ArmTask):
     """Move the arm's end effector to a random target point above the table (7 joint actions)."""
 
     # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
@@ -236,16 +237,6 @@ class ArmReach(ArmTask):
         parts = [*self.joint_obs(), self.ee_pos, self.target, self.ee_to_target, self.actions]
         return {"policy": np.concatenate(parts, axis=1, dtype=np.float32)}
 
-    def reward_tracking(self) -> np.ndarray:
-        return 1.0 - np.tanh(self.distance / self.cfg.tracking_sigma)
-
-    def reward_success(self) -> np.ndarray:
-        """1 while the end effector is within success_tolerance of the target (sparse)."""
-        return (self.distance < self.cfg.success_tolerance).astype(np.float64)
-
-    def reward_tracking_fine(self) -> np.ndarray:
-        return 1.0 - np.tanh(self.distance / self.cfg.fine_tracking_sigma)
-
     def terminations(self) -> dict[str, np.ndarray]:
         # Runs once per step after the rewards and before the observations: a target drawn
         # here is scored from the next step on and seen in this step's observation.
@@ -261,10 +252,3 @@ class ArmReach(ArmTask):
         qpos = self.home_qpos_rows(len(ids), self.cfg.init_joint_noise)
         self.sim.reset(ids, qpos=qpos, qvel=np.zeros(self.model.nv))
         self._draw_targets(ids)
-
-    def task_metrics(self) -> dict[str, np.ndarray]:
-        distance = self.distance
-        return {
-            "success": (distance < self.cfg.success_tolerance).astype(np.float32),
-            "distance": distance.astype(np.float32),
-        }

@@ -16,6 +16,7 @@ from unilab.config.schema import TaskConfig
 from unilab.robots import get_robot
 from unilab.robots.spec import RobotSpec
 from unilab.tasks.base import Task
+from unilab.tasks.reach_terms import ReachTerms
 from unilab.tasks.registry import register_task
 from unilab.tasks.reset_bins import check_bins
 
@@ -44,7 +45,7 @@ class PlanarReachConfig(TaskConfig):
 
 
 @register_task("planar_reach", PlanarReachConfig)
-class PlanarReach(Task):
+class PlanarReach(ReachTerms, Task):
     """Move the planar arm's fingertip to a random target (2 joint-target actions, 14
     observations)."""
 
@@ -150,16 +151,6 @@ class PlanarReach(Task):
         parts = [np.cos(q), np.sin(q), v, tip, self.target, self.target - tip, self.actions]
         return {"policy": np.concatenate(parts, axis=1, dtype=np.float32)}
 
-    def reward_tracking(self) -> np.ndarray:
-        return 1.0 - np.tanh(self.distance / self.cfg.tracking_sigma)
-
-    def reward_tracking_fine(self) -> np.ndarray:
-        return 1.0 - np.tanh(self.distance / self.cfg.fine_tracking_sigma)
-
-    def reward_success(self) -> np.ndarray:
-        """1 while the fingertip is within success_tolerance of the target (sparse)."""
-        return (self.distance < self.cfg.success_tolerance).astype(np.float64)
-
     def reward_action_rate(self) -> np.ndarray:
         return np.sum(np.square(self.actions - self.prev_actions), axis=1)
 
@@ -175,10 +166,3 @@ class PlanarReach(Task):
         qpos = self.rng.uniform(-noise, noise, (len(ids), 2))
         self.sim.reset(ids, qpos=qpos, qvel=np.zeros(2))
         self._draw_targets(ids)
-
-    def task_metrics(self) -> dict[str, np.ndarray]:
-        distance = self.distance
-        return {
-            "success": (distance < self.cfg.success_tolerance).astype(np.float32),
-            "distance": distance.astype(np.float32),
-        }
