@@ -87,6 +87,11 @@ class CartpoleBalance(Task):
                 f"task {cfg.name!r}: balance_tolerance={cfg.balance_tolerance} must be in "
                 f"(0, max_pole_angle={cfg.max_pole_angle})"
             )
+        if cfg.success_max_pole_speed <= 0:
+            raise ValueError(
+                f"task {cfg.name!r}: success_max_pole_speed={cfg.success_max_pole_speed} must "
+                "be > 0 (rad/s)"
+            )
         if cfg.swing_up and not 0 <= cfg.init_angle <= np.pi:
             raise ValueError(
                 f"task {cfg.name!r}: init_angle={cfg.init_angle} must be in [0, pi] for the "

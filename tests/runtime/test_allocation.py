@@ -265,6 +265,8 @@ def test_cartpole_swing_up_lets_the_pole_fall_and_scores_only_a_slow_upright_pol
         make_task(CartpoleBalanceConfig(swing_up=True, init_angle=3.5), num_envs=1)
     with pytest.raises(ValueError, match="swing_up"):
         make_task(CartpoleBalanceConfig(init_angle=1.0), num_envs=1)
+    with pytest.raises(ValueError, match="success_max_pole_speed"):
+        make_task(CartpoleBalanceConfig(swing_up=True, success_max_pole_speed=0.0), num_envs=1)
 
 
 def test_a_task_without_bins_draws_nothing() -> None:
