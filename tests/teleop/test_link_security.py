@@ -162,9 +162,12 @@ def test_fuzzed_messages_all_rejected_while_robot_holds(keys: Keys) -> None:
         assert set(sent) == set(EXPECTED_REASON.values())  # every reason was exercised
         assert host.accepted == 1
         np.testing.assert_array_equal(host.filter.target, hold)
-        # Every tick during the flood applied the held target.
+        # Every tick during the flood applied the held target. The host publishes a status
+        # every tick for as long as it runs, so read what is queued for a bounded time (an
+        # unbounded read ends only at a 50 ms scheduling gap: 30 s and more on a quiet box).
         statuses = []
-        while (msg := watch.recv(0.05)) is not None:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and (msg := watch.recv(0.05)) is not None:
             statuses.append(msg)
         running = [m for m in statuses if m.body["mode"] == "running"]
         assert running and all(np.array_equal(m.arrays["action"], hold) for m in running)
