@@ -159,15 +159,7 @@ class ArmReachConfig(TaskConfig):
 class ArmReach(ReachTerms, ArmTask):
     """Move the arm's end effector to a random target point above the table (7 joint actions)."""
 
-    # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
-    # whole 6 s episode returns just under 12.
-    default_reward_weights: ClassVar[dict[str, float]] = {
-        "tracking": 1.0,
-        "tracking_fine": 1.0,
-        "action_rate": -0.01,
-        "joint_velocity": -0.001,
-        "success": 0.0,  # off by default; the sparse variant: task.reward_weights.success=1
-    }
+    # Reward weights: ReachTerms.default_reward_weights.
     state_attrs: ClassVar[tuple[str, ...]] = ("target", "steps_to_resample")
 
     cfg: ArmReachConfig

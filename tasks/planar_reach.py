@@ -54,15 +54,7 @@ class PlanarReach(ReachTerms, Task):
     # An action is the joint targets (rad) themselves: |action| <= pi reaches straight
     # behind; a zero action holds the stretched-out start pose.
     action_clip: ClassVar[float] = float(np.pi)
-    # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
-    # whole 3 s episode returns just under 6.
-    default_reward_weights: ClassVar[dict[str, float]] = {
-        "tracking": 1.0,
-        "tracking_fine": 1.0,
-        "action_rate": -0.01,
-        "joint_velocity": -0.001,
-        "success": 0.0,  # off by default; the sparse variant: task.reward_weights.success=1
-    }
+    # Reward weights: ReachTerms.default_reward_weights.
     state_attrs: ClassVar[tuple[str, ...]] = ("target",)
 
     cfg: PlanarReachConfig

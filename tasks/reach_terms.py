@@ -3,21 +3,31 @@ point to bring onto a target, scored by the distance between them."""
 
 from __future__ import annotations
 
-from typing import Any
+import abc
+from typing import Any, ClassVar
 
 import numpy as np
 
 
-class ReachTerms:
+class ReachTerms(abc.ABC):
     """Mixin for a Task with a `distance` (n,) property and a config holding
     `tracking_sigma`, `fine_tracking_sigma` and `success_tolerance` (metres)."""
 
     cfg: Any
+    # Terms are in [0, 1] or small penalties, times control_dt: holding the target for a
+    # whole episode returns just under 2 x its length in seconds.
+    default_reward_weights: ClassVar[dict[str, float]] = {
+        "tracking": 1.0,
+        "tracking_fine": 1.0,
+        "action_rate": -0.01,
+        "joint_velocity": -0.001,
+        "success": 0.0,  # off by default; the sparse variant: task.reward_weights.success=1
+    }
 
     @property
+    @abc.abstractmethod
     def distance(self) -> np.ndarray:
-        """(n,) distance (m) from the reaching point to the target; the task defines it."""
-        raise NotImplementedError
+        """(n,) distance (m) from the reaching point to the target."""
 
     def reward_tracking(self) -> np.ndarray:
         return 1.0 - np.tanh(self.distance / self.cfg.tracking_sigma)
