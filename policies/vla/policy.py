@@ -224,11 +224,24 @@ class VLAPolicy(PolicyModule):
 
     def token_logits(self, obs: Obs) -> torch.Tensor:
         """(N, K) selector logits from the prefix with a null token (detached input)."""
-        if self.selector is None:
-            raise ValueError("this VLA has no token selector (model.token_selector=false)")
+        selector = self._selector()
         n = next(iter(obs.values())).shape[0]
         rows = self.condition_rows(obs, n, nulls=["token"])
-        return self.selector(self.prefix(dict(obs), rows))
+        return selector(self.prefix(dict(obs), rows))
+
+    def selector_features(self, obs: Obs) -> torch.Tensor:
+        """(N, width) the selector's input for these observations (no gradient): a learner
+        computes it once per batch and trains the selector's head on it for many steps."""
+        self._selector()
+        n = next(iter(obs.values())).shape[0]
+        with torch.no_grad():
+            rows = self.condition_rows(obs, n, nulls=["token"])
+            return TokenSelector.features(self.prefix(dict(obs), rows))
+
+    def _selector(self) -> TokenSelector:
+        if self.selector is None:
+            raise ValueError("this VLA has no token selector (model.token_selector=false)")
+        return self.selector
 
     def select_tokens(self, obs: Obs) -> torch.Tensor:
         """(N,) the selector's token for each observation (argmax)."""

@@ -69,9 +69,14 @@ class TokenSelector(nn.Module):
             nn.LayerNorm(width), nn.Linear(width, width), nn.SiLU(), nn.Linear(width, n_tokens)
         )
 
-    def forward(self, prefix: Prefix) -> torch.Tensor:
-        """(N, K) logits from the mean of the valid prefix tokens (detached)."""
+    @staticmethod
+    def features(prefix: Prefix) -> torch.Tensor:
+        """(N, width) the selector's input: the mean of the valid prefix tokens, detached
+        (training the selector never moves the policy)."""
         keep = prefix.valid.to(prefix.tokens.dtype)[..., None]
-        pooled = (prefix.tokens * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        logits: torch.Tensor = self.net(pooled.detach())
+        return ((prefix.tokens * keep).sum(1) / keep.sum(1).clamp_min(1.0)).detach()
+
+    def forward(self, prefix: Prefix) -> torch.Tensor:
+        """(N, K) logits."""
+        logits: torch.Tensor = self.net(self.features(prefix))
         return logits

@@ -266,6 +266,27 @@ def test_tokens_whose_rollouts_succeed_win_the_schedule_and_the_selector() -> No
     assert (picks == 1).float().mean() > 0.75  # chance: 1 in 3
 
 
+def test_a_fresh_selector_learns_the_better_token_within_three_batches() -> None:
+    """Evaluation runs the selector's choice from the first iteration on, so it must learn
+    fast at the default learning rate (one step per batch took tens of iterations)."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    model = tiny_cfg().model
+    model.n_tokens, model.rollout_tokens, model.token_selector = 3, True, True
+    learner = FlowPPO(tiny_cfg(model=model), SHAPES, A, torch.device("cpu"))
+    probe = {"policy": torch.randn(64, 6, generator=torch.Generator().manual_seed(3))}
+    for it in range(3):
+        learner.actor.episodes_ended(np.ones(32, bool))
+        batch = synthetic_batch(learner, it)
+        batch["reward"] = (batch["token"] == 2).float()  # token 2's decisions pay
+        batch["episode_success"] = torch.full_like(batch["reward"], float("nan"))
+        learner.update(batch)
+    with torch.no_grad():
+        picks = learner.actor.select_tokens(probe)
+    assert (picks == 2).float().mean() > 0.9  # chance: 1 in 3
+
+
 def test_success_reward_comes_from_episode_ends_and_needs_a_success_metric() -> None:
     from types import SimpleNamespace
 

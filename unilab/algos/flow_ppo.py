@@ -117,6 +117,10 @@ class FlowPPOConfig(AlgoConfig):
     """Adam learning rate of the token selector."""
     selector_beta: float = checked(1.0, gt=0.0)
     """Temperature of the selector's advantage weights exp(clip(A, -2, 2) / beta)."""
+    selector_epochs: int = checked(4, ge=1)
+    """Passes of the selector over each batch's decisions (in `num_minibatches`
+    minibatches). One step per batch left a fresh selector near its random start for
+    tens of iterations, and evaluation runs the selector's choice."""
 
     def adopt_task(self, vocabulary: tuple[str, ...]) -> list[str]:
         """Called by `compose`: model settings from the init run, vocabulary from the task."""
@@ -373,15 +377,28 @@ class FlowPPO(Algorithm):
         for k, (p, m) in enumerate(zip(probs, self.schedule.mean_success(), strict=True)):
             out[f"token_prob_{k}"] = float(p)
             out[f"token_success_{k}"] = float(m)
-        if self.selector_optimizer is not None and adv_n.numel():
-            weights = torch.exp(adv_n.clamp(-2.0, 2.0) / self.cfg.selector_beta)
-            logits = self.actor.token_logits({k: v for k, v in rows.items() if k != "token"})
-            ce = nn.functional.cross_entropy(logits, rows["token"].long(), reduction="none")
-            loss = (weights * ce).sum() / weights.sum()
-            self.selector_optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.selector_optimizer.step()
-            out["selector_loss"] = float(loss.detach())
+        selector = self.actor.selector
+        if self.selector_optimizer is not None and selector is not None and adv_n.numel():
+            cfg = self.cfg
+            weights = torch.exp(adv_n.clamp(-2.0, 2.0) / cfg.selector_beta)
+            features = self.actor.selector_features({k: v for k, v in rows.items() if k != "token"})
+            chosen = rows["token"].long()
+            n = chosen.shape[0]
+            mb = max(2, n // cfg.num_minibatches)
+            total = 0.0
+            for _ in range(cfg.selector_epochs):
+                perm = torch.randperm(n, device=chosen.device)
+                for start in range(0, n, mb):
+                    idx = perm[start : start + mb]
+                    ce = nn.functional.cross_entropy(
+                        selector.net(features[idx]), chosen[idx], reduction="none"
+                    )
+                    loss = (weights[idx] * ce).sum() / weights[idx].sum()
+                    self.selector_optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    self.selector_optimizer.step()
+                    total = float(loss.detach())
+            out["selector_loss"] = total
         return out
 
     # -- checkpoints ----------------------------------------------------------------------
