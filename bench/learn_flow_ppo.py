@@ -9,9 +9,12 @@ Each (arm, seed) is one `unilab train algo=flow_ppo algo.init=RUN` (the real run
 worker, the ring, the learner), `algo.use_tokens=true` for `tokens`, `false` for `null`,
 with the overrides given and `eval.every` iterations of in-sim evaluation (deterministic
 chunks, `eval.episodes` episodes). The start success is the first evaluation (taken before
-the actor's first update: `algo.critic_warmup` >= `eval.every`). Reported per run: start,
-best and final success, and the env steps at which it first reached start + 10 points;
-per arm: the means. Writes JSON (`rows`, `ratios`) and a PNG of the curves, by default
+the actor's first update: `algo.critic_warmup` >= `eval.every`). The imitation reference
+of a seed is the `null` arm's start: the bc_flow checkpoint as it deploys (null token),
+evaluated on the same episodes; the `tokens` arm's start already has the selector's choice
+in it. Reported per run: start, best and final success, and the env steps at which it
+first reached its start + 10 points and the reference + 10 points; per arm: the means, and
+how many seeds end with tokens above null. `--init` takes one run, or one per seed. Writes JSON (`rows`, `ratios`) and a PNG of the curves, by default
 `bench/results/learn_flow_ppo_<task>.{json,png}`.
 """
 
@@ -64,6 +67,33 @@ def summarize(arm: str, seed: int | None, run: Path) -> dict[str, Any]:
     }
 
 
+def run_seed(run: Path, default: int) -> int:
+    """The run's `run.seed` from its saved config (`default` where it has none)."""
+    from omegaconf import OmegaConf
+
+    config = run / "config.yaml"
+    if not config.is_file():
+        return default
+    seed = OmegaConf.select(OmegaConf.load(config), "run.seed")
+    return default if seed is None else int(seed)
+
+
+def add_reference(rows: list[dict[str, Any]]) -> None:
+    """Each row gains `bc_success` (its seed's null-arm start) and the env steps at which
+    it first reached that + 10 points (None: not within its budget)."""
+    reference = {
+        r["seed"]: r["start_success"] for r in rows if r["arm"] == "null" and r.get("evaluations")
+    }
+    for row in rows:
+        bc = reference.get(row["seed"])
+        if bc is None or not row.get("curve"):
+            continue
+        row["bc_success"] = bc
+        row["env_steps_to_bc_plus_10"] = next(
+            (s for s, v in row["curve"] if v >= bc + GAIN - 1e-9), None
+        )
+
+
 def train_one(init: str, task: str, arm: str, seed: int, steps: int, out: Path, extra: list[str]):
     cmd = [
         sys.executable, "-m", "unilab.cli", "train", f"task={task}", "algo=flow_ppo",
@@ -102,7 +132,11 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="unilab bench learn_flow_ppo", description=__doc__)
-    p.add_argument("--init", help="the bc_flow run (trained with algo.tokens=K) to start from")
+    p.add_argument(
+        "--init",
+        help="the bc_flow run (trained with algo.tokens=K) to start from; or one per seed, "
+        "comma-separated in the order of --seeds",
+    )
     p.add_argument("--task", default="arm_around_obstacle")
     p.add_argument("--arms", default="tokens,null")
     p.add_argument("--seeds", default="0,1,2")
@@ -119,29 +153,33 @@ def main(argv: list[str] | None = None) -> int:
         for spec in args.runs:
             arm, _, dirs = spec.partition("=")
             for i, d in enumerate(filter(None, dirs.split(","))):
-                rows.append(summarize(arm, i, Path(d)))
+                rows.append(summarize(arm, run_seed(Path(d), default=i), Path(d)))
     else:
         if not args.init:
             p.error("--init RUN is needed to train (or --runs to aggregate existing runs)")
         import tempfile
 
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        inits = [i for i in args.init.split(",") if i.strip()]
+        if len(inits) not in (1, len(seeds)):
+            p.error(f"--init: {len(inits)} runs for {len(seeds)} seeds; give one, or one per seed")
+        init_of = {seed: inits[min(i, len(inits) - 1)] for i, seed in enumerate(seeds)}
+
         work = Path(args.work or tempfile.mkdtemp(prefix="learn_flow_ppo_"))
-        jobs = [
-            (arm, int(seed))
-            for seed in args.seeds.split(",")
-            for arm in args.arms.split(",")
-            if seed.strip() and arm.strip()
-        ]
+        jobs = [(arm, seed) for seed in seeds for arm in args.arms.split(",") if arm.strip()]
 
         def run(job: tuple[str, int]) -> dict[str, Any]:
             arm, seed = job
             out = work / f"{arm}_{seed}"
             return summarize(
-                arm, seed, train_one(args.init, args.task, arm, seed, args.steps, out, args.rest)
+                arm,
+                seed,
+                train_one(init_of[seed], args.task, arm, seed, args.steps, out, args.rest),
             )
 
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             rows = list(pool.map(run, jobs))
+    add_reference(rows)
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_arm.setdefault(row["arm"], []).append(row)
@@ -155,11 +193,28 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"{arm}_best_minus_start"] = float(
                 np.mean([r["best_success"] - r["start_success"] for r in done])
             )
+            ratios[f"{arm}_final_mean"] = float(np.mean([r["final_success"] for r in done]))
+            refs = [r for r in done if "bc_success" in r]
+            if refs:
+                ratios[f"{arm}_final_minus_bc"] = float(
+                    np.mean([r["final_success"] - r["bc_success"] for r in refs])
+                )
+                ratios[f"{arm}_seeds_reaching_bc_plus_10"] = sum(
+                    r["env_steps_to_bc_plus_10"] is not None for r in refs
+                )
+    final = {(r["arm"], r["seed"]): r["final_success"] for r in rows if r.get("evaluations")}
+    paired = [s for (arm, s) in final if arm == "tokens" and ("null", s) in final]
+    if paired:
+        gaps = [final[("tokens", s)] - final[("null", s)] for s in paired]
+        ratios["tokens_minus_null_final"] = float(np.mean(gaps))
+        ratios["seeds_tokens_above_null"] = sum(g > 0 for g in gaps)
+        ratios["seeds_paired"] = len(paired)
     task = args.task
     out = Path(args.out or f"bench/results/learn_flow_ppo_{task}.json")
     table = [{k: v for k, v in r.items() if k not in ("curve", "run")} for r in rows]
     print_table(table, ["arm", "seed", "start_success", "best_success", "final_success",
-                        "final_env_steps", "env_steps_to_start_plus_10"])  # fmt: skip
+                        "final_env_steps", "env_steps_to_start_plus_10", "bc_success",
+                        "env_steps_to_bc_plus_10"])  # fmt: skip
     doc = {
         "benchmark": "learn_flow_ppo",
         "bench_command": "unilab bench learn_flow_ppo " + " ".join(argv or sys.argv[1:]),
