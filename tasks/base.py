@@ -342,6 +342,13 @@ class Task(abc.ABC):
         """Per-env metrics logged as means (e.g. success, tracking error)."""
         return {}
 
+    @property
+    def render_s(self) -> float:
+        """Seconds this task has spent rendering camera observations (0 without cameras);
+        a worker reports it apart from the rest of `step`."""
+        renderer = getattr(self, "renderer", None)
+        return float(renderer.render_s) if renderer is not None else 0.0
+
     def close(self) -> None:
         """Release what the task holds beyond memory (a renderer's GL context); idempotent.
         Tasks without such resources need not override it."""

@@ -231,11 +231,14 @@ class FlowPPO(Algorithm):
 
     @classmethod
     def rollout_fields(cls, cfg: Any, shapes: Any) -> FieldSpecs:
-        """Vector groups and the critic's next observation as for PPO, plus the instruction
-        ids (if the policy reads them), the chain, its per-row log-probabilities and the
-        decision flag."""
+        """Vector groups and the critic's next observation as for PPO, plus the camera images
+        (uint8; the VLA reads no depth), the instruction ids (if the policy reads them), the chain,
+        its per-row log-probabilities and the decision flag."""
         model = cfg.model
         extra: FieldSpecs = {}
+        for group, shape in shapes.obs_shapes.items():
+            if group.startswith("images/"):  # the learner re-runs the policy on them
+                extra[ring_field(group)] = (tuple(shape), "uint8")
         if cfg.vocab_size and "instruction" in shapes.obs_shapes:
             extra[ring_field("instruction")] = (tuple(shapes.obs_shapes["instruction"]), "int64")
         groups = ("critic",) if "critic" in shapes.obs_dims else ("policy",)
@@ -269,9 +272,8 @@ class FlowPPO(Algorithm):
     # -- one iteration --------------------------------------------------------------------
     def _obs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs = {}
-        for group in self.actor.inputs.obs_keys:
-            name = "obs_instruction" if group == "instruction" else f"obs_{group}"
-            obs[group] = batch[name]
+        for group in self.actor.inputs.obs_keys:  # images travel as `images_<camera>`
+            obs[group] = batch[ring_field(group)]
         if self.tokens:
             obs["token"] = batch["token"]
         return obs

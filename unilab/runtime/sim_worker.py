@@ -116,10 +116,11 @@ def run_sim_worker(
                     loads = 1
             t1 = time.perf_counter()
             views = ctx.ring.views(slot)
-            sim_before, inf_before, unstable_before = (
+            sim_before, inf_before, unstable_before, render_before = (
                 rollout.sim_s,
                 rollout.inference_s,
                 rollout.sim_unstable,
+                task.render_s,
             )
             collect_chunk(
                 task, policy, views, rollout, ctx.heartbeat, n_act=n_act, branching=branching
@@ -133,13 +134,15 @@ def run_sim_worker(
             seq = seq_next
             t2 = time.perf_counter()
             sim_s, inf_s = rollout.sim_s - sim_before, rollout.inference_s - inf_before
+            render_s = task.render_s - render_before
             if sync:
                 version = _wait_for_weights(ctx, actor, task, flat, newer_than=version)
                 loads += 1
             t3 = time.perf_counter()
             stats.add(
                 wid,
-                sim_s=sim_s,
+                sim_s=max(0.0, sim_s - render_s),
+                render_s=render_s,
                 inference_s=inf_s,
                 write_s=max(0.0, (t2 - t1) - sim_s - inf_s),
                 wait_s=(t1 - t0) + (t3 - t2),

@@ -14,7 +14,8 @@ import numpy as np
 from unilab.runtime.shm import Segment, SegmentOwner
 
 COLUMNS = (
-    "sim_s",  # inside task.step (physics, observations, rewards, resets)
+    "sim_s",  # inside task.step (physics, observations, rewards, resets), rendering excluded
+    "render_s",  # camera observations (inside task.step)
     "inference_s",  # actor forward passes
     "write_s",  # copying transitions into the ring slot and publishing
     "wait_s",  # waiting for a free slot or (sync mode) for new weights

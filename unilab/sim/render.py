@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -143,6 +144,8 @@ class BatchRenderer:
         self.settings = settings or RenderSettings()
         s = self.settings
         self.sim = sim
+        self.render_s = 0.0
+        """Seconds spent in `render` since construction (where a worker's time goes)."""
         if isinstance(cameras, str):
             raise TypeError(f"cameras must be a list of camera names, got the string {cameras!r}")
         self.cameras = tuple(str(c) for c in cameras)
@@ -281,6 +284,13 @@ class BatchRenderer:
 
     def render(self, env_ids: npt.ArrayLike | None = None) -> dict[str, np.ndarray]:
         """{camera: (k, H, W, 3) uint8} for the envs in env_ids (None: all), in that order."""
+        t0 = time.perf_counter()
+        try:
+            return self._render(env_ids)
+        finally:
+            self.render_s += time.perf_counter() - t0
+
+    def _render(self, env_ids: npt.ArrayLike | None) -> dict[str, np.ndarray]:
         ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
         k, ncam, s = ids.size, len(self.cameras), self.settings
         out = {c: np.empty((k, s.height, s.width, 3), np.uint8) for c in self.cameras}

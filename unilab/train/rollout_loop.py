@@ -272,7 +272,7 @@ class RolloutLoop(TrainLoop):
         runtime = self.runner.runtime
         assert runtime is not None
         prof, totals, staleness = self.runner.prof, self.worker_totals, self.staleness
-        sim_busy = totals["sim_s"] + totals["inference_s"] + totals["write_s"]
+        sim_busy = totals["sim_s"] + totals["render_s"] + totals["inference_s"] + totals["write_s"]
         sim_idle = 100.0 * totals["wait_s"] / max(sim_busy + totals["wait_s"], 1e-9)
         learner_idle = 100.0 * prof.totals.get("learner_wait", 0.0) / max(wall, 1e-9)
         mean = result.mean_return
@@ -281,7 +281,8 @@ class RolloutLoop(TrainLoop):
             f"({(result.env_steps - self.start_steps) / max(wall, 1e-9):,.0f} steps/s); "
             f"mean return {mean if mean is not None else float('nan'):.3f}; "
             f"sim idle {sim_idle:.0f} %, learner idle {learner_idle:.0f} %; "
-            f"staleness {staleness}; unstable envs reset {int(totals['sim_unstable'])}"
+            f"staleness {staleness}; unstable envs reset {int(totals['sim_unstable'])}\n"
+            + time_split(totals, prof.totals)
         )
         summary = {
             "iterations": result.iterations,
@@ -298,6 +299,27 @@ class RolloutLoop(TrainLoop):
             "profile_s": prof.snapshot(),
         }
         return summary, text
+
+
+def time_split(workers: dict[str, float], learner: dict[str, float]) -> str:
+    """One line of where the time went: the workers' summed seconds (render, sim without
+    rendering, policy inference, ring writes, waiting) and the learner's (update, waiting
+    for data, evaluation)."""
+    parts = [
+        f"{name} {workers.get(key, 0.0):.1f}"
+        for name, key in (
+            ("render", "render_s"),
+            ("sim", "sim_s"),
+            ("inference", "inference_s"),
+            ("write", "write_s"),
+            ("wait", "wait_s"),
+        )
+    ]
+    own = [
+        f"{name} {learner.get(key, 0.0):.1f}"
+        for name, key in (("update", "update"), ("wait", "learner_wait"), ("eval", "eval"))
+    ]
+    return f"time split (s): workers {', '.join(parts)}; learner {', '.join(own)}"
 
 
 def info_means(
