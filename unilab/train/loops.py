@@ -71,7 +71,8 @@ class TrainLoop(abc.ABC):
 
     @abc.abstractmethod
     def summary(self, result: RunResult, wall: float) -> tuple[dict[str, Any], str]:
-        """(summary.json's content, summary.txt's first line)."""
+        """(summary.json's content, summary.txt's opening lines: the result, and for RL
+        the time split)."""
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Entries this loop adds to every checkpoint."""
