@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="", help="where the runs go (default: a temp folder)")
     p.add_argument("--runs", nargs="*", default=[], help="ARM=DIR,DIR: aggregate these runs")
     p.add_argument("--out", default="")
+    p.add_argument(
+        "--note", action="append", default=[], help="a line for the JSON's `notes` (repeatable)"
+    )
     p.add_argument("rest", nargs="*", help="key=value overrides for every run")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -226,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "bench_wall_s": time.perf_counter() - t0,
     }
+    if args.note:
+        doc["notes"] = list(args.note)
     write_json(out, doc)
     plot(rows, out.with_suffix(".png"), f"flow_ppo on {task}: with vs without tokens")
     print(f"wrote {out} and {out.with_suffix('.png')}")

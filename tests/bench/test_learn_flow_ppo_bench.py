@@ -30,8 +30,9 @@ def test_runs_pair_by_their_seed_and_measure_against_the_null_start(tmp_path: Pa
     ]
     out = tmp_path / "out.json"
     argv = ["--runs", "tokens=" + ",".join(map(str, tok)), "null=" + ",".join(map(str, null))]
-    assert learn_flow_ppo.main([*argv, "--task", "arm_move_side", "--out", str(out)]) == 0
+    assert learn_flow_ppo.main([*argv, "--task", "x", "--out", str(out), "--note", "how"]) == 0
     doc = json.loads(out.read_text())
+    assert doc["notes"] == ["how"]
     rows = {(r["arm"], r["seed"]): r for r in doc["rows"]}
     assert rows[("tokens", 7)]["bc_success"] == 0.45  # seed 7's null start
     assert rows[("tokens", 7)]["env_steps_to_bc_plus_10"] == 200  # 0.58 >= 0.55
