@@ -114,12 +114,14 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     colours = {"tokens": "tab:blue", "null": "tab:orange"}
+    seeds = sorted({row["seed"] for row in rows})  # one line style per seed
     for row in rows:
         if not row.get("curve"):
             continue
         steps, success = zip(*row["curve"], strict=True)
-        ax.plot(steps, success, color=colours.get(row["arm"], "k"), alpha=0.8,
-                label=f"{row['arm']} seed {row['seed']}")  # fmt: skip
+        style = ("-", "--", ":", "-.")[seeds.index(row["seed"]) % 4]
+        ax.plot(steps, success, style, marker="o", color=colours.get(row["arm"], "k"),
+                alpha=0.8, label=f"{row['arm']} seed {row['seed']}")  # fmt: skip
     ax.set_xlabel("env steps")
     ax.set_ylabel("evaluated success")
     ax.set_ylim(0, 1)
