@@ -111,3 +111,18 @@ def test_sigint_stops_a_learner_stuck_outside_the_interpreter() -> None:
 @pytest.mark.parametrize("mode", ["python", "c"])
 def test_sigint_stops_a_stuck_learner_within_10_s_with_default_settings(mode: str) -> None:
     _stop_stuck(mode, escalate=5.0, deadline=9.0, stall=2.0)
+
+
+def test_a_slow_learner_is_reported_once_not_every_update() -> None:
+    """A silence that ended with the learner back sets the bar: the next update as slow
+    as that one is not a stall, a silence twice as long is."""
+    from unilab.runtime.watchdog import StallLimit
+
+    limit = StallLimit(30.0)
+    assert limit.observe(10.0) == 30.0
+    assert limit.observe(45.0) == 30.0  # the first long update: reported (45 > 30)
+    assert limit.observe(0.5) == 90.0  # it ended: 2 x 45 s from now on
+    assert all(limit.observe(s) == 90.0 for s in (20.0, 44.0, 60.0))  # 60 < 90: no warning
+    assert limit.observe(1.0) == 120.0  # that 60 s update ended: the bar follows it
+    limit = StallLimit(30.0)  # a learner that never comes back keeps the base limit
+    assert [limit.observe(s) for s in (10.0, 31.0, 200.0)] == [30.0, 30.0, 30.0]

@@ -35,6 +35,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _TICK_S = 0.2
 
 
+class StallLimit:
+    """When silence from the learner counts as a stall: after `base_s`, or after twice the
+    longest silence so far that ended with the learner back at work. A CPU learner's
+    flow-matching update can take minutes every iteration; that is slow, not stuck, and
+    warning about it each time would hide a real stall."""
+
+    def __init__(self, base_s: float) -> None:
+        self.base_s = base_s
+        self.longest_s = 0.0
+        """The longest silence that ended with the learner pulling again."""
+        self._silent_s = 0.0
+
+    def observe(self, silent_s: float) -> float:
+        """Feed the current silence (s since the learner last pulled a chunk); returns the
+        limit it is judged against."""
+        if silent_s < self._silent_s:  # the learner was back in between
+            self.longest_s = max(self.longest_s, self._silent_s)
+        self._silent_s = silent_s
+        return max(self.base_s, 2.0 * self.longest_s)
+
+
 class LearnerWatchdog:
     def __init__(
         self,
@@ -98,11 +119,13 @@ class LearnerWatchdog:
     def _run(self) -> None:
         stalled = False
         escalated = False
+        stall_limit = StallLimit(self.learner_stall_s)
         while not self._stop.is_set():
             self._read_signals(_TICK_S)
             now = time.monotonic()
             idle = now - self._last_activity()
-            if idle > self.learner_stall_s and not stalled and not self._shutting_down:
+            limit = stall_limit.observe(idle)
+            if idle > limit and not stalled and not self._shutting_down:
                 stalled = True
                 self.stalls += 1
                 log.warning(
@@ -110,7 +133,7 @@ class LearnerWatchdog:
                     "workers are waiting",
                     idle,
                 )
-            elif stalled and idle <= self.learner_stall_s:
+            elif stalled and idle <= limit:
                 stalled = False
                 log.warning("the learner is pulling chunks again")
             if self.signal_at is None or self.signum is None:

@@ -23,6 +23,7 @@ from typing import Any
 from unilab.runtime.control import ControlBlock, ControlHandle
 from unilab.runtime.ring import RingHandle
 from unilab.runtime.ring_writer import RingWriter
+from unilab.runtime.watchdog import StallLimit
 from unilab.runtime.weights import WeightHandle, WeightStore
 
 _PARENT_CHECK_S = 0.25
@@ -69,6 +70,7 @@ class WorkerContext:
         self.weights = WeightStore.attach(launch.weights) if launch.weights else None
         self._next_parent_check = 0.0
         self._learner_stalled_since: float | None = None
+        self._stall_limit = StallLimit(self._control.learner_stall_s)
 
     @property
     def num_envs(self) -> int:
@@ -86,13 +88,14 @@ class WorkerContext:
             self._watch_learner(now)
 
     def _watch_learner(self, now: float) -> None:
-        """Log once when the learner stops pulling chunks for `learner_stall_s`, and once
-        when it is back (a worker's stderr is where an operator looks)."""
-        limit = self._control.learner_stall_s
+        """Log once when the learner stops pulling chunks for `learner_stall_s` (or twice
+        its longest update so far: `StallLimit`), and once when it is back (a worker's
+        stderr is where an operator looks)."""
         beat = self._control.learner_last_beat()
-        if limit <= 0 or beat <= 0:
+        if self._control.learner_stall_s <= 0 or beat <= 0:
             return
         silent = now - beat
+        limit = self._stall_limit.observe(silent)
         if silent > limit and self._learner_stalled_since is None:
             self._learner_stalled_since = beat
             log.warning(
