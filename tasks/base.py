@@ -43,6 +43,7 @@ from unilab.robots.spec import RobotSpec
 from unilab.robots.validate import load_model
 from unilab.sim.batched_sim import BatchedSim, EnvSnapshot
 from unilab.sim.indices import env_index
+from unilab.sim.render import BatchRenderer
 from unilab.sim.stability import StabilityLimits
 
 SIM_UNSTABLE = "sim_unstable"
@@ -237,6 +238,8 @@ class Task(abc.ABC):
     """Word of each instruction token id this task emits (id = index; `unilab.tasks.
     vocabulary.WORDS` for the tabletop family); () for tasks without instructions. Policies
     size their word embedding from it (`algo.vocab_size`) and export writes it."""
+    renderer: BatchRenderer | None = None
+    """The camera observations' renderer of a task with cameras (set by the subclass)."""
     action_dim: int
     """Set by subclasses in __init__ (usually the robot's joint count)."""
 
@@ -346,8 +349,7 @@ class Task(abc.ABC):
     def render_s(self) -> float:
         """Seconds this task has spent rendering camera observations (0 without cameras);
         a worker reports it apart from the rest of `step`."""
-        renderer = getattr(self, "renderer", None)
-        return float(renderer.render_s) if renderer is not None else 0.0
+        return float(self.renderer.render_s) if self.renderer is not None else 0.0
 
     def close(self) -> None:
         """Release what the task holds beyond memory (a renderer's GL context); idempotent.

@@ -154,7 +154,7 @@ class TabletopTask(TabletopLooks, Task):
         """(n,) index of each env's instruction in self.instructions.texts."""
         self._init_looks()
 
-        self.renderer: BatchRenderer | None = None
+        self.renderer = None
         if cfg.cameras:
             size = cfg.image_size
             self.renderer = BatchRenderer(

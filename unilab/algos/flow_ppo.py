@@ -231,9 +231,9 @@ class FlowPPO(Algorithm):
 
     @classmethod
     def rollout_fields(cls, cfg: Any, shapes: Any) -> FieldSpecs:
-        """Vector groups and the critic's next observation as for PPO, plus the camera images
-        (uint8; the VLA reads no depth), the instruction ids (if the policy reads them), the chain,
-        its per-row log-probabilities and the decision flag."""
+        """Vector groups and the critic's next observation as for PPO, plus the camera
+        images (uint8; the VLA reads no depth), the instruction ids (if the policy reads
+        them), the chain, its per-row log-probabilities and the decision flag."""
         model = cfg.model
         extra: FieldSpecs = {}
         for group, shape in shapes.obs_shapes.items():
@@ -387,7 +387,7 @@ class FlowPPO(Algorithm):
             chosen = rows["token"].long()
             n = chosen.shape[0]
             mb = max(2, n // cfg.num_minibatches)
-            total = 0.0
+            losses = []
             for _ in range(cfg.selector_epochs):
                 perm = torch.randperm(n, device=chosen.device)
                 for start in range(0, n, mb):
@@ -399,8 +399,8 @@ class FlowPPO(Algorithm):
                     self.selector_optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     self.selector_optimizer.step()
-                    total = float(loss.detach())
-            out["selector_loss"] = total
+                    losses.append(float(loss.detach()))
+            out["selector_loss"] = sum(losses) / len(losses)
         return out
 
     # -- checkpoints ----------------------------------------------------------------------

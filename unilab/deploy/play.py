@@ -396,7 +396,7 @@ class _Film:
     def capture(self, obs: dict[str, np.ndarray]) -> None:
         if self.camera is None or self.writer is None:
             return
-        renderer = getattr(self.task, "renderer", None)
+        renderer = self.task.renderer
         if renderer is not None:
             renderer.apply_visuals(self.model, 0)
         # A persistent batch keeps each env's whole MjData: positions are those of its last call.
