@@ -41,6 +41,9 @@ class ArmAroundObstacleConfig(TabletopConfig):
     """The cube, the wall and the goal are each shifted sideways by up to +- this (m)."""
     goal_tolerance: float = 0.04
     """Success: the cube's centre within this (m) of the goal's centre, resting."""
+    wall_offset: float = 0.0
+    """The wall's centre is shifted this far (m, + is left) off the cube-goal line. At 0 the
+    two ways around it are mirror images; a shift makes the way past its far end longer."""
 
 
 @register_task("arm_around_obstacle", ArmAroundObstacleConfig, default_algo="bc_flow")
@@ -60,6 +63,7 @@ class ArmAroundObstacle(TabletopTask):
             return np.stack([x, rng.uniform(-lat, lat, k)], axis=1)
 
         cube, self._wall, self._goal = point(cfg.cube_x), point(cfg.wall_x), point(cfg.goal_x)
+        self._wall[:, 1] += cfg.wall_offset
         self.set_cube_poses(qpos, 0, cube, rng.uniform(-np.pi / 4, np.pi / 4, k))
         for c in range(1, self.num_cubes):
             side = np.where(rng.random(k) < 0.5, 1.0, -1.0)
