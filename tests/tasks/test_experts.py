@@ -16,11 +16,13 @@ TASKS = ("arm_pick_place", "arm_move_side", "arm_stack", "arm_around_obstacle")
 
 
 def run_episodes(
-    name: str, num_envs: int, episodes: int, seed: int
+    name: str, num_envs: int, episodes: int, seed: int, *overrides: str
 ) -> tuple[np.ndarray, np.ndarray, ScriptedExpert]:
     """Success and mode of the first `episodes` episodes an expert finishes."""
     task = make_task(
-        compose([f"task={name}", "task.cameras=[]"]).task, num_envs=num_envs, seed=seed
+        compose([f"task={name}", "task.cameras=[]", *overrides]).task,
+        num_envs=num_envs,
+        seed=seed,
     )
     assert isinstance(task, TabletopTask)
     task.reset()
@@ -46,6 +48,16 @@ def test_expert_solves_a_few_seeded_episodes(name: str) -> None:
     assert success.all(), (success, modes)
     assert ((modes >= 0) & (modes < expert.num_modes)).all()
     assert len(expert.mode_names) == expert.num_modes >= 2
+
+
+def test_an_offset_wall_leaves_both_ways_around_it_solvable() -> None:
+    """task.wall_offset moves the wall 8 cm left of the cube-goal line: the expert's via
+    points follow the wall, so both ways still succeed (the left way is longer)."""
+    success, modes, expert = run_episodes("arm_around_obstacle", 12, 24, 3, "task.wall_offset=0.08")
+    wall_y = expert.task.wall_pos[:, 1]  # type: ignore[attr-defined]
+    assert ((wall_y > 0.08 - 0.031) & (wall_y < 0.08 + 0.031)).all(), wall_y
+    for mode in (0, 1):
+        assert success[modes == mode].mean() >= 0.6, (mode, success, modes)
 
 
 def test_reset_redraws_modes_only_for_the_given_envs() -> None:
