@@ -121,3 +121,55 @@ def test_play_prints_and_records_alerts(
         (1, "low_success", 0),
     ]
     assert (tmp_path / "media" / "p.rrd").stat().st_size > 0
+
+
+def test_the_sweep_replays_each_rule_as_a_live_run_would(value_run: Path, tmp_path: Path) -> None:
+    """Every sweep row (one rule alone, replayed from the recorded predictions) scores the
+    same as a live evaluation of the same episodes with that rule alone."""
+    from unilab.cli.play import load_target
+    from unilab.deploy.evaluate import evaluate
+    from unilab.deploy.live_alerts import AlertOptions
+    from unilab.deploy.sim_task import configs_for_policy
+
+    policy = load_target(str(value_run), "eval")
+    task_cfg, sim_cfg = configs_for_policy(
+        policy.metadata.task_config, policy.metadata.sim_config, []
+    )
+
+    def alerts(options: AlertOptions) -> dict:
+        report = evaluate(policy, task_cfg, sim_cfg, episodes=3, seeds=(0, 1), alerts=options)
+        validate_report(report)
+        return report["alerts"]
+
+    never = 1e6  # a stall no 1-s episode reaches
+    swept = alerts(AlertOptions(sweep_thresholds=(0.0, 0.5, 1.0), sweep_stall_s=(0.25, 0.5)))
+    rows = {(r["rule"], r["value"]): r for r in swept["sweep"]}
+    assert len(rows) == 5
+    scores = ("precision", "recall", "median_lead_s", "alerted_episodes", "true_alerts")
+    for threshold in (0.0, 0.5, 1.0):
+        live = alerts(AlertOptions(success_threshold=threshold, stall_seconds=never))
+        row = rows[("low_success", threshold)]
+        assert {k: row[k] for k in scores} == {k: live[k] for k in scores}, threshold
+    for seconds in (0.25, 0.5):
+        live = alerts(AlertOptions(success_threshold=0.0, stall_seconds=seconds))
+        row = rows[("progress_stall", seconds)]
+        assert {k: row[k] for k in scores} == {k: live[k] for k in scores}, seconds
+    assert rows[("low_success", 1.0)]["alerted_episodes"] == 6  # P < 1 at the first step
+    assert rows[("low_success", 0.0)]["alerted_episodes"] == 0
+    assert rows[("progress_stall", 0.25)]["alerted_episodes"] >= 1
+
+    broken = copy.deepcopy(swept)
+    broken["sweep"][0]["precision"] = 2.0
+    with pytest.raises(EvalSchemaError, match=r"alerts\.sweep\[0\]\.precision"):
+        validate_report({**_eval(value_run, tmp_path / "a.json"), "alerts": broken})
+
+
+def test_the_sweep_flag_needs_alerts_and_fills_the_report(
+    value_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", str(value_run), "--episodes", "2", "--alert-sweep"]) == 2
+    assert "--alert-sweep needs --alerts" in capsys.readouterr().err
+    report = _eval(value_run, tmp_path / "s.json", "--alerts", "--alert-sweep")
+    rules = [(r["rule"], r["value"]) for r in report["alerts"]["sweep"]]
+    assert rules[0] == ("low_success", 0.05) and rules[-1] == ("progress_stall", 8.0)
+    assert report["alerts"]["scored_episodes"] == 6

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "hil": "HIL link: key/replay/fuzz security, link-loss safe stop, 5-min scripted session",
     "learn_vla": "tabletop imitation (bc_flow/bc_mse): in-sim success after a time budget",
     "learn_flow_ppo": "flow_ppo from one bc_flow run, with vs without tokens: success per env step",
+    "failure_alerts": "a VLA's failure alerts on sim rollouts: precision vs failure rate, recall, lead time, threshold sweep",
     "value_heads": "a VLA's value heads on held-out episodes: Brier, reliability, progress Spearman",
     "tokens": "exploration tokens: path coverage with vs without; selector vs fixed tokens",
     "tune_inference": "Thompson-tuned inference settings vs the policy's defaults, several tuner seeds",

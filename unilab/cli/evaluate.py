@@ -59,6 +59,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "one .npz) instead of a reset: a targeted evaluation",
     )
     alert_arguments(p)
+    p.add_argument(
+        "--alert-sweep",
+        action="store_true",
+        help="--alerts: also score each rule alone at other thresholds (P(success) 0.05-0.6, "
+        "stall 1-8 s) on the same episodes, replayed from the recorded predictions: a "
+        "precision-recall sweep in the report's alerts.sweep",
+    )
     p.add_argument("--out", help="write the JSON here instead of to stdout")
     add_overrides(p, target="RUN")
 
@@ -83,6 +90,18 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as err:
             raise ConfigError(f"--from-states {args.from_states}: {err}") from None
     alerts = alert_options(args, policy)
+    if args.alert_sweep:
+        if alerts is None:
+            raise ConfigError("--alert-sweep needs --alerts")
+        from dataclasses import replace
+
+        from unilab.deploy.live_alerts import SWEEP_DEFAULT_STALL_S, SWEEP_DEFAULT_THRESHOLDS
+
+        alerts = replace(
+            alerts,
+            sweep_thresholds=SWEEP_DEFAULT_THRESHOLDS,
+            sweep_stall_s=SWEEP_DEFAULT_STALL_S,
+        )
     report = evaluate(
         policy,
         task_cfg,

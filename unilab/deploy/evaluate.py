@@ -37,9 +37,11 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
                       "stall_seconds", "stall_epsilon", "precision", "recall",
                       "mean_lead_s", "median_lead_s" (each a number or null when
                       undefined), "alerted_episodes", "failed_episodes", "true_alerts",
-                      "by_kind": {kind: count}, "predictions"}: live failure alerts from the
-                      policy's value heads at each re-plan, scored against the outcomes
-                      (unilab.deploy.live_alerts)
+                      "scored_episodes", "by_kind": {kind: count}, "predictions", and with
+                      --alert-sweep "sweep": [{"rule", "value", the same scores}]}: live
+                      failure alerts from the policy's value heads at each re-plan, scored
+                      against the outcomes; the sweep replays each rule alone at other
+                      thresholds on the same episodes (unilab.deploy.live_alerts)
 """
 
 from __future__ import annotations
@@ -353,28 +355,35 @@ def validate_report(report: Any) -> None:
         raise EvalSchemaError("eval report does not follow " + SCHEMA + ": " + "; ".join(problems))
 
 
-def _check_alerts(value: Any, problems: list[str]) -> None:
+def _check_alerts(value: Any, problems: list[str], where: str = "alerts") -> None:
     """The optional `alerts` entry: rates in [0, 1] or null, lead times >= 0 or null,
-    counts non-negative with true alerts at most the alerted and the failed episodes."""
+    counts non-negative with true alerts at most the alerted and the failed episodes; the
+    same for every row of its optional `sweep`."""
     if not isinstance(value, dict):
-        problems.append(f"report.alerts is {type(value).__name__}, expected an object")
+        problems.append(f"report.{where} is {type(value).__name__}, expected an object")
         return
+    sweep = value.get("sweep", [])
+    if not isinstance(sweep, list):
+        problems.append(f"{where}.sweep is {type(sweep).__name__}, expected a list")
+    else:
+        for i, row in enumerate(sweep):
+            _check_alerts(row, problems, f"{where}.sweep[{i}]")
     for key in ("precision", "recall"):
-        _check_rate(value.get(key, "missing"), f"alerts.{key}", problems)
+        _check_rate(value.get(key, "missing"), f"{where}.{key}", problems)
     for key in ("mean_lead_s", "median_lead_s"):
         lead = value.get(key, "missing")
         if lead is not None and not (
             isinstance(lead, int | float) and not isinstance(lead, bool) and 0.0 <= lead < math.inf
         ):
-            problems.append(f"alerts.{key} must be null or a number >= 0, got {lead!r}")
+            problems.append(f"{where}.{key} must be null or a number >= 0, got {lead!r}")
     counts = {}
     for key in ("alerted_episodes", "failed_episodes", "true_alerts"):
         count = value.get(key)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            problems.append(f"alerts.{key} must be a count >= 0, got {count!r}")
+            problems.append(f"{where}.{key} must be a count >= 0, got {count!r}")
         else:
             counts[key] = count
     if len(counts) == 3 and counts["true_alerts"] > min(
         counts["alerted_episodes"], counts["failed_episodes"]
     ):
-        problems.append("alerts.true_alerts exceeds the alerted or the failed episodes")
+        problems.append(f"{where}.true_alerts exceeds the alerted or the failed episodes")

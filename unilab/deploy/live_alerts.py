@@ -12,6 +12,12 @@ print them as they come).
 Only each env's first episode is scored (`one_per_env`, the eval protocol): alerts of later
 episodes are kept but not scored. `quality()` scores the first-episode alerts against the
 outcomes with `alert_quality`: precision, recall and mean / median lead time.
+
+The monitor also keeps what it fed the alerter during the first episodes (one (N,) pair of
+arrays per control step, until every env's first episode has ended), so `replay(options)`
+scores other thresholds on the same episodes without running them again: `AlertOptions`'
+`sweep_thresholds` / `sweep_stall_s` put a precision-recall sweep of each rule alone into
+the report. Replaying the live options gives the live alerts exactly (tested).
 """
 
 from __future__ import annotations
@@ -40,12 +46,26 @@ class AlertOptions:
     success_threshold: float = 0.2
     stall_seconds: float = 5.0
     stall_epsilon: float = 0.02
+    sweep_thresholds: tuple[float, ...] = ()
+    """Report the `low_success` rule alone at each of these thresholds (replayed)."""
+    sweep_stall_s: tuple[float, ...] = ()
+    """Report the `progress_stall` rule alone at each of these durations (replayed)."""
 
     def check(self) -> None:
-        if not 0.0 <= self.success_threshold <= 1.0:
-            raise ValueError(f"success threshold {self.success_threshold} must be in [0, 1]")
-        if not (math.isfinite(self.stall_seconds) and self.stall_seconds > 0):
-            raise ValueError(f"stall seconds {self.stall_seconds} must be a number > 0")
+        for threshold in (self.success_threshold, *self.sweep_thresholds):
+            if not 0.0 <= threshold <= 1.0:
+                raise ValueError(f"success threshold {threshold} must be in [0, 1]")
+        for seconds in (self.stall_seconds, *self.sweep_stall_s):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"stall seconds {seconds} must be a number > 0")
+
+
+SWEEP_DEFAULT_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+"""`--alert-sweep`'s P(success) thresholds."""
+SWEEP_DEFAULT_STALL_S = (1.0, 2.0, 3.0, 5.0, 8.0)
+"""`--alert-sweep`'s stall durations (s)."""
+_NEVER_S = 1e12
+"""A stall duration no episode reaches: the stall rule switched off in a sweep."""
 
 
 def value_policy(policy: Any) -> Any:
@@ -107,6 +127,10 @@ class AlertMonitor:
         self.end_times: dict[tuple[int, int], float] = {}
         self.predictions = 0
         """Envs' value predictions made (one per env per re-plan)."""
+        self.trace: list[tuple[np.ndarray, np.ndarray]] = []
+        """(success, progress) fed to the alerter at each step of the first episodes."""
+        self.first_end_step = np.full(num_envs, -1, dtype=np.int64)
+        """Trace step at which each env's first episode ended (-1: still running)."""
 
     def predict(self, obs: dict[str, np.ndarray], envs: np.ndarray) -> None:
         import torch
@@ -126,6 +150,8 @@ class AlertMonitor:
         planned = np.flatnonzero(info.planned)
         if planned.size:
             self.predict(info.obs, planned)
+        if (self.first_end_step < 0).any():  # a first episode still runs: keep its inputs
+            self.trace.append((self.success.copy(), self.progress.copy()))
         raised = self.alerter.step(self.success, self.progress)
         if raised:
             self.alerts.extend(raised)
@@ -142,6 +168,8 @@ class AlertMonitor:
                     ok = success is not None and bool(success[env] > 0.5)
                     self.outcomes[key] = ok
                     self.end_times[key] = int(self.alerter.step_count[env]) * self.dt
+            first = ended & (self.first_end_step < 0)
+            self.first_end_step[first] = len(self.trace) - 1
             self.alerter.reset(ended)
             self.success[ended] = np.nan
             self.progress[ended] = np.nan
@@ -153,16 +181,37 @@ class AlertMonitor:
     def quality(self) -> AlertQuality:
         return score_alerts(self.scored_alerts(), self.outcomes, self.end_times)
 
+    def replay(self, options: AlertOptions) -> list[Alert]:
+        """The first-episode alerts `options` would have raised on the recorded inputs
+        (scored episodes only, as `scored_alerts`)."""
+        options.check()
+        alerter = FailureAlerter(
+            self.alerter.num_envs,
+            success_threshold=options.success_threshold,
+            stall_seconds=options.stall_seconds,
+            stall_epsilon=options.stall_epsilon,
+            dt=self.dt,
+        )
+        alerts: list[Alert] = []
+        for t, (success, progress) in enumerate(self.trace):
+            alerts += [a for a in alerter.step(success, progress) if a.episode == 0]
+            alerter.reset(self.first_end_step == t)
+        return [a for a in alerts if (a.env, a.episode) in self.outcomes]
 
-def merge_quality(monitors: list[AlertMonitor]) -> AlertQuality:
+
+def merge_quality(
+    monitors: list[AlertMonitor], options: AlertOptions | None = None
+) -> AlertQuality:
     """`alert_quality` over the scored episodes of several monitors (one per eval seed):
-    env ids are offset so each monitor's episodes stay apart."""
+    env ids are offset so each monitor's episodes stay apart. With `options`, the alerts
+    are those options replayed on the recorded inputs instead of the live ones."""
     alerts: list[Alert] = []
     outcomes: dict[tuple[int, int], bool] = {}
     ends: dict[tuple[int, int], float] = {}
     offset = 0
     for monitor in monitors:
-        alerts += [replace(a, env=a.env + offset) for a in monitor.scored_alerts()]
+        raised = monitor.scored_alerts() if options is None else monitor.replay(options)
+        alerts += [replace(a, env=a.env + offset) for a in raised]
         outcomes.update({(e + offset, i): v for (e, i), v in monitor.outcomes.items()})
         ends.update({(e + offset, i): v for (e, i), v in monitor.end_times.items()})
         offset += monitor.alerter.num_envs
@@ -177,10 +226,23 @@ def alerts_report(monitors: list[AlertMonitor], options: AlertOptions) -> dict[s
     """The eval report's `alerts` entry (NaN ratios as null: JSON has no NaN)."""
     q = merge_quality(monitors)
     scored = [a for m in monitors for a in m.scored_alerts()]
-    return {
+    report: dict[str, Any] = {
         "success_threshold": float(options.success_threshold),
         "stall_seconds": float(options.stall_seconds),
         "stall_epsilon": float(options.stall_epsilon),
+        **_quality_fields(q),
+        "scored_episodes": sum(len(m.outcomes) for m in monitors),
+        "by_kind": {k: sum(a.kind == k for a in scored) for k in ALERT_KINDS},
+        "predictions": sum(m.predictions for m in monitors),
+    }
+    sweep = alert_sweep(monitors, options)
+    if sweep:
+        report["sweep"] = sweep
+    return report
+
+
+def _quality_fields(q: AlertQuality) -> dict[str, Any]:
+    return {
         "precision": _finite_or_none(q.precision),
         "recall": _finite_or_none(q.recall),
         "mean_lead_s": _finite_or_none(q.mean_lead_s),
@@ -188,9 +250,22 @@ def alerts_report(monitors: list[AlertMonitor], options: AlertOptions) -> dict[s
         "alerted_episodes": q.alerted_episodes,
         "failed_episodes": q.failed_episodes,
         "true_alerts": q.true_alerts,
-        "by_kind": {k: sum(a.kind == k for a in scored) for k in ALERT_KINDS},
-        "predictions": sum(m.predictions for m in monitors),
     }
+
+
+def alert_sweep(monitors: list[AlertMonitor], options: AlertOptions) -> list[dict[str, Any]]:
+    """Each rule alone at each of `options`' sweep values, replayed on the same episodes:
+    rows {"rule", "value", precision, recall, lead times, counts}."""
+    rows: list[dict[str, Any]] = []
+    for threshold in options.sweep_thresholds:
+        alone = replace(options, success_threshold=float(threshold), stall_seconds=_NEVER_S)
+        q = merge_quality(monitors, alone)
+        rows.append({"rule": "low_success", "value": float(threshold), **_quality_fields(q)})
+    for seconds in options.sweep_stall_s:
+        alone = replace(options, success_threshold=0.0, stall_seconds=float(seconds))
+        q = merge_quality(monitors, alone)
+        rows.append({"rule": "progress_stall", "value": float(seconds), **_quality_fields(q)})
+    return rows
 
 
 def format_alert(alert: Alert) -> str:
