@@ -60,10 +60,12 @@ class PlayRecorder:
         truncated: np.ndarray,
         success: np.ndarray | None = None,
         intervention: np.ndarray | None = None,
+        keep: np.ndarray | None = None,
     ) -> None:
         """One step of every env; `success` (n_envs,) the task's success metric, read at
         the steps where an env's episode ends; `intervention` (n_envs,) bool: the envs whose
-        action a takeover chose (see the module doc)."""
+        action a takeover chose (see the module doc); `keep` (n_envs,) bool: an episode
+        that ends where it is False is dropped, not stored."""
         if intervention is not None:
             self._intervened |= np.asarray(intervention, dtype=bool)
         ended = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
@@ -88,7 +90,7 @@ class PlayRecorder:
         )
         if intervention is not None:
             frames["is_intervention"] = np.asarray(intervention, dtype=bool)
-        self.episodes += self.writer.add_step(frames)
+        self.episodes += self.writer.add_step(frames, keep=keep)
         self._intervened[ended] = False
 
     def close(self) -> list[int]:

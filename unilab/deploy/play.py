@@ -181,8 +181,13 @@ def play(
     on_alert: Callable[[Alert], None] | None = None,
     takeover_after_s: float | None = None,
     takeover_on_error: bool = False,
+    one_per_env: bool = False,
 ) -> PlayResult:
     """`record`: an episode store path; the finished episodes are appended to it.
+    `one_per_env`: each env plays (and `record` keeps) only its first episode, so
+    `episodes` needs exactly as many envs (the default then): what a success rate over the
+    episodes needs, since otherwise the quick episodes of early finishers are counted
+    and the long ones still running at the end are not.
     Chunked policies (the VLA) execute `n_act` actions per chunk with optional temporal
     ensembling (default: the policy's own settings), the flow's noise drawn from
     `noise_seed` (default: `seed`). `alerts`: live failure alerts from the policy's value
@@ -196,9 +201,13 @@ def play(
 
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be at least 1")
-    envs = num_envs or min(episodes, 4)
+    envs = num_envs or (episodes if one_per_env else min(episodes, 4))
     if envs < 1:
         raise ValueError(f"num_envs={envs} must be at least 1")
+    if one_per_env and envs != episodes:  # more envs would count the quickest first episodes
+        raise ValueError(
+            f"one episode per env: {episodes} episodes need {episodes} envs, not {envs}"
+        )
     t_start = time.perf_counter()
     task = make_task(task_cfg, num_envs=envs, seed=seed, sim_cfg=sim_cfg)
     actor = _actor(policy, task, seed)
@@ -230,7 +239,7 @@ def play(
         else None
     )
     film = _Film(task, media_dir / f"{name}.mp4", width, height, video, result.notes, views)
-    limit = max_steps or task.max_episode_steps * math.ceil(episodes / envs)
+    limit = max_steps or task.max_episode_steps * math.ceil(episodes / envs) + 1
 
     store = None
     if record is not None:
@@ -249,6 +258,8 @@ def play(
     if recorder is not None:
         _record(recorder, task, 0, None, None, 0, film.camera_images(obs))
     env0_episode = [0]
+    first_running = np.ones(envs, dtype=bool)
+    """Envs still in their first episode (`one_per_env` records only those)."""
 
     def on_step(info: StepInfo) -> None:
         out = info.result
@@ -271,7 +282,9 @@ def play(
                 out.truncated,
                 success=out.extras.get("success"),  # the episode outcome, as metadata
                 intervention=info.intervention,
+                keep=first_running if one_per_env else None,
             )
+        first_running[out.terminated | out.truncated] = False
         film.capture(out.obs)
         if recorder is not None:
             terms = {k: float(v[0]) for k, v in out.reward_terms.items()}
@@ -294,6 +307,7 @@ def play(
             ensemble_decay=ensemble_decay,
             noise_seed=seed if noise_seed is None else noise_seed,
             takeover=takeover,
+            one_per_env=one_per_env,
         )
     finally:
         task.close()

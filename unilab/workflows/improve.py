@@ -3,7 +3,7 @@
 Each round is one run directory, made in four steps:
 
 1. **roll out** the current policy (RUN in round 1, then the previous round's run) for E
-   episodes with `unilab play`'s recorder (`record=`) into the round's own store
+   episodes, one per env in waves of up to 100 envs, with `unilab play`'s recorder (`record=`) into the round's own store
    (`round_<k>/rollouts.zarr`, kept), then append those episodes, with their success as
    metadata, to the loop's store (`append_episodes`: fields the demos store lacks are left
    out, its extra columns such as `mode` / `perturbed` get neutral values). That store
@@ -28,7 +28,8 @@ then reports the policy's own success (episodes it finished before any takeover)
 the rescued share.
 
 Layout under `out` (default `RUN/improve`): `store.zarr`, `round_1/` (`rollouts.zarr` and
-`rollouts.json` from play, `runs/<task>/awr_flow/<ts>/` the run, `round.json`), `round_2/`, ..., `improve.json`.
+`rollouts.json` from play (`rollouts_<w>.json` for later waves of 100 envs),
+`runs/<task>/awr_flow/<ts>/` the run, `round.json`), `round_2/`, ..., `improve.json`.
 The round's training config is the starting run's saved task, sim, runtime, eval and logging
 sections, the network-shaping algo keys (batch size, augmentation, fields, vocabulary), and
 the caller's `key=value` overrides (e.g. `algo.steps=500 algo.beta=0.5`), applied every round.
@@ -76,6 +77,8 @@ CARRIED_ALGO_KEYS = (
 )
 """Algo keys of the starting run every round keeps (what shapes the network and its data);
 the rest are awr_flow's defaults unless overridden."""
+ROLLOUT_ENVS = 100
+"""Envs of one wave of rollouts (one episode each)."""
 CARRIED_SECTIONS = ("task", "sim", "runtime", "eval", "logging", "data", "run")
 
 
@@ -257,7 +260,11 @@ def record_rollouts(
 ) -> dict[str, Any]:
     """Roll out `run` into `folder/rollouts.zarr` (with expert takeovers after
     `takeover_after_s` seconds when given, and at the policy's mistakes with
-    `takeover_on_error`), append those episodes to `store`."""
+    `takeover_on_error`), append those episodes to `store`.
+
+    The episodes run in waves of at most `ROLLOUT_ENVS` envs, one episode per env (wave w
+    seeded `seed + w`): batched inference, and no bias toward short episodes (counting the
+    first episodes to finish over-represents quick successes)."""
     from unilab.deploy.play import play
     from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
@@ -267,29 +274,37 @@ def record_rollouts(
         policy.metadata.task_config, policy.metadata.sim_config, []
     )
     rollout_store = folder / "rollouts.zarr"
-    result = play(
-        policy,
-        task_cfg,
-        sim_cfg,
-        folder,
-        "rollouts",
-        episodes=episodes,
-        seed=seed,
-        video=False,
-        rerun=False,
-        record=rollout_store,
-        takeover_after_s=takeover_after_s,
-        takeover_on_error=takeover_on_error,
-    )
+    played: list[dict[str, Any]] = []
+    steps = 0
+    for wave, start in enumerate(range(0, episodes, ROLLOUT_ENVS)):
+        size = min(ROLLOUT_ENVS, episodes - start)
+        result = play(
+            policy,
+            task_cfg,
+            sim_cfg,
+            folder,
+            "rollouts" if wave == 0 else f"rollouts_{wave}",
+            episodes=size,
+            num_envs=size,
+            one_per_env=True,
+            seed=seed + wave,
+            video=False,
+            rerun=False,
+            record=rollout_store,
+            takeover_after_s=takeover_after_s,
+            takeover_on_error=takeover_on_error,
+        )
+        played += result.episodes
+        steps += result.steps
     added = append_episodes(rollout_store, store)
-    rated = [e for e in result.episodes if e["success"] is not None]
+    rated = [e for e in played if e["success"] is not None]
     own = [bool(e["success"]) and not e["intervened"] for e in rated]
     summary: dict[str, Any] = {
-        "episodes": len(result.episodes),
+        "episodes": len(played),
         "recorded_episodes": added,
         "store": str(rollout_store),
         "success_rate": float(np.mean(own)) if rated else None,
-        "steps": result.steps,
+        "steps": steps,
         "seed": seed,
     }
     if takeover_after_s is not None or takeover_on_error:
