@@ -13,8 +13,13 @@ rate: an alert that fires on every episode has precision = failure rate, so `lif
 precision / failure rate says how much an alert tells an operator beyond the base rate.
 Lead time: seconds from an episode's first alert to its end, over alerted failures.
 
-Writes JSON (per run: success, failure rate, the live scores, the sweep; `ratios`: means
-over the runs) and a PNG (precision and recall against each rule's threshold, a line per
+A second comparator: the clock (`clock_baseline`), an alert at t seconds on every episode
+still running. Failed episodes tend to run to the time limit, so any late alert is right
+more often than the failure rate; a rule of the heads is worth its keep where it beats the
+clock at the same recall, or warns earlier.
+
+Writes JSON (per run: success, failure rate, the live scores, the sweep, the clock
+baseline; `ratios`: means over the runs) and a PNG (precision and recall against each rule's threshold, a line per
 run, the failure rate dashed), by default `bench/results/failure_alerts_<task>.{json,png}`.
 """
 
@@ -34,6 +39,37 @@ def _lift(precision: float | None, failure_rate: float) -> float | None:
     if precision is None or failure_rate <= 0:
         return None
     return precision / failure_rate
+
+
+BASELINE_TIMES_S = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+"""The clock baseline's alert times (s)."""
+
+
+def clock_baseline(
+    lengths_s: list[float], failed: list[bool], times_s: tuple[float, ...] = BASELINE_TIMES_S
+) -> list[dict[str, Any]]:
+    """An alert that knows nothing but the clock: at t seconds, on every episode still
+    running. Failures tend to run to the time limit, so a late alert of any kind is right
+    more often than the failure rate; the heads' rules must beat this, not only the rate."""
+    rows = []
+    ends = np.asarray(lengths_s, dtype=np.float64)
+    bad = np.asarray(failed, dtype=bool)
+    for t in times_s:
+        alerted = ends > t
+        hits = alerted & bad
+        leads = ends[hits] - t
+        rows.append(
+            {
+                "rule": "clock",
+                "value": float(t),
+                "precision": float(hits.sum() / alerted.sum()) if alerted.any() else None,
+                "recall": float(hits.sum() / bad.sum()) if bad.any() else None,
+                "median_lead_s": float(np.median(leads)) if leads.size else None,
+                "alerted_episodes": int(alerted.sum()),
+                "true_alerts": int(hits.sum()),
+            }
+        )
+    return rows
 
 
 def _run_seed(run: Path) -> int | None:
@@ -70,9 +106,17 @@ def _plot(path: Path, runs: list[dict[str, Any]], task: str) -> None:
             ax.plot(x, prec, "-o", color=colour, label=f"precision, seed {run['seed']}")
             ax.plot(x, rec, ":s", color=colour, label=f"recall, seed {run['seed']}")
             ax.axhline(run["failure_rate"], color=colour, ls="--", lw=0.8)
+            if rule == "progress_stall":
+                clock = run["clock_baseline"]
+                x = [r["value"] for r in clock]
+                prec = [np.nan if r["precision"] is None else r["precision"] for r in clock]
+                ax.plot(
+                    x, prec, "-", color=colour, alpha=0.35, lw=3, label=f"clock, seed {run['seed']}"
+                )
         ax.set_xlabel(label)
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{rule} alone (dashed: failure rate)")
+    axes[1].set_title("progress_stall alone (wide: clock baseline precision)")
     axes[0].set_ylabel("precision / recall")
     axes[1].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"failure alerts, {task}")
@@ -93,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         value_policy,
     )
     from unilab.deploy.sim_task import configs_for_policy
+    from unilab.tasks.registry import TASKS
 
     p = argparse.ArgumentParser(prog="unilab bench failure_alerts", description=__doc__)
     p.add_argument("runs", nargs="+", type=Path, help="runs with value heads, one per seed")
@@ -138,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         a = report["alerts"]
         failure_rate = a["failed_episodes"] / max(1, a["scored_episodes"])
+        dt = TASKS.get(task_cfg.name).task_cls.control_dt
+        clock = clock_baseline(
+            [e["length"] * dt for e in report["episodes"]],
+            [not e["success"] for e in report["episodes"]],
+        )
         seed = _run_seed(run)
         runs.append(
             {
@@ -154,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
                 "alerted_episodes": a["alerted_episodes"],
                 "by_kind": a["by_kind"],
                 "sweep": [{**r, "lift": _lift(r["precision"], failure_rate)} for r in a["sweep"]],
+                "clock_baseline": [
+                    {**r, "lift": _lift(r["precision"], failure_rate)} for r in clock
+                ],
             }
         )
     print_table(
