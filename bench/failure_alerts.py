@@ -2,7 +2,7 @@
 failed episodes, one run per seed, scored on simulated rollouts.
 
     unilab bench failure_alerts RUN [RUN ...] [--episodes 100] [--eval-seed 12345]
-                                [--threshold 0.2] [--stall-s 5] [--note TEXT]
+                                [--threshold 0.5] [--stall-s 5] [--note TEXT]
 
 Each run (a bc_flow / awr_flow run with value heads) plays `--episodes` evaluation episodes
 (`unilab.deploy.evaluate.evaluate` with live alerts, one episode per env) and is scored at
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="+", type=Path, help="runs with value heads, one per seed")
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--eval-seed", type=int, default=12345)
-    p.add_argument("--threshold", type=float, default=0.2, help="live P(success) threshold")
+    p.add_argument("--threshold", type=float, default=0.5, help="live P(success) threshold")
     p.add_argument("--stall-s", type=float, default=5.0, help="live stall duration (s)")
     p.add_argument("--out", default="")
     p.add_argument("--note", action="append", default=[], help="a line for the JSON's notes")

@@ -55,8 +55,8 @@ def alert_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--alert-threshold",
         type=float,
-        default=0.2,
-        help="--alerts: alert when predicted P(success) falls below this (default 0.2)",
+        default=0.5,
+        help="--alerts: alert when predicted P(success) falls below this (default 0.5)",
     )
     p.add_argument(
         "--alert-stall-s",

@@ -53,7 +53,7 @@ class FailureAlerter:
     def __init__(
         self,
         num_envs: int,
-        success_threshold: float = 0.2,
+        success_threshold: float = 0.5,
         stall_seconds: float = 5.0,
         stall_epsilon: float = 0.02,
         dt: float = 0.1,
