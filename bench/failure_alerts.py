@@ -94,8 +94,11 @@ def _plot(path: Path, runs: list[dict[str, Any]], task: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    rules = (("low_success", "P(success) threshold"), ("progress_stall", "stall (s)"))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    rules = (
+        ("low_success", "P(success) threshold"),
+        ("progress_stall", "stall (s); clock: alert time (s)"),
+    )
     for ax, (rule, label) in zip(axes, rules, strict=True):
         for i, run in enumerate(runs):
             rows = [r for r in run["sweep"] if r["rule"] == rule]
@@ -118,9 +121,10 @@ def _plot(path: Path, runs: list[dict[str, Any]], task: str) -> None:
         ax.set_title(f"{rule} alone (dashed: failure rate)")
     axes[1].set_title("progress_stall alone (wide: clock baseline precision)")
     axes[0].set_ylabel("precision / recall")
-    axes[1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center right")
     fig.suptitle(f"failure alerts, {task}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 0.84, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
