@@ -129,3 +129,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def run_seed(run: Path, default: int) -> int:
+    """The run's `run.seed` from its saved config (`default` where it has none)."""
+    from omegaconf import OmegaConf
+
+    config = run / "config.yaml"
+    if not config.is_file():
+        return default
+    seed = OmegaConf.select(OmegaConf.load(config), "run.seed")
+    return default if seed is None else int(seed)

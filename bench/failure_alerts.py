@@ -19,8 +19,8 @@ more often than the failure rate; a rule of the heads is worth its keep where it
 clock at the same recall, or warns earlier.
 
 Writes JSON (per run: success, failure rate, the live scores, the sweep, the clock
-baseline; `ratios`: means over the runs) and a PNG (precision and recall against each rule's threshold, a line per
-run, the failure rate dashed), by default `bench/results/failure_alerts_<task>.{json,png}`.
+baseline; `ratios`: means over the runs) and a PNG (precision and recall against each
+rule's threshold, a line per run, the failure rate dashed, the clock's precision wide), by default `bench/results/failure_alerts_<task>.{json,png}`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab.bench.common import machine_info, print_table, write_json
+from unilab.bench.common import machine_info, print_table, run_seed, write_json
 
 
 def _lift(precision: float | None, failure_rate: float) -> float | None:
@@ -51,36 +51,16 @@ def clock_baseline(
     """An alert that knows nothing but the clock: at t seconds, on every episode still
     running. Failures tend to run to the time limit, so a late alert of any kind is right
     more often than the failure rate; the heads' rules must beat this, not only the rate."""
+    from unilab.deploy.failure_alerts import Alert, alert_quality
+    from unilab.deploy.live_alerts import quality_fields
+
+    outcomes = [not f for f in failed]
     rows = []
-    ends = np.asarray(lengths_s, dtype=np.float64)
-    bad = np.asarray(failed, dtype=bool)
     for t in times_s:
-        alerted = ends > t
-        hits = alerted & bad
-        leads = ends[hits] - t
-        rows.append(
-            {
-                "rule": "clock",
-                "value": float(t),
-                "precision": float(hits.sum() / alerted.sum()) if alerted.any() else None,
-                "recall": float(hits.sum() / bad.sum()) if bad.any() else None,
-                "median_lead_s": float(np.median(leads)) if leads.size else None,
-                "alerted_episodes": int(alerted.sum()),
-                "true_alerts": int(hits.sum()),
-            }
-        )
+        alerts = [Alert(e, 0, 0, t, "clock", 0.0) for e, end in enumerate(lengths_s) if end > t]
+        q = alert_quality(alerts, outcomes, lengths_s)
+        rows.append({"rule": "clock", "value": float(t), **quality_fields(q)})
     return rows
-
-
-def _run_seed(run: Path) -> int | None:
-    """The run's `run.seed` from its config.yaml (None for an export without one)."""
-    import yaml
-
-    path = run / "config.yaml"
-    if not path.is_file():
-        return None
-    seed = (yaml.safe_load(path.read_text()) or {}).get("run", {}).get("seed")
-    return None if seed is None else int(seed)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -192,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             [e["length"] * dt for e in report["episodes"]],
             [not e["success"] for e in report["episodes"]],
         )
-        seed = _run_seed(run)
+        seed = run_seed(run, default=len(runs))
         runs.append(
             {
                 "run": str(run),
@@ -233,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "episodes_per_run": args.episodes,
         "eval_seed": args.eval_seed,
         "live_rules": {"success_threshold": args.threshold, "stall_seconds": args.stall_s},
-        "rows": [{k: v for k, v in r.items() if k != "sweep"} for r in runs],
+        "rows": [
+            {k: v for k, v in r.items() if k not in ("sweep", "clock_baseline")} for r in runs
+        ],
         "runs": runs,
         "best_at_half_recall": best,
         "ratios": {

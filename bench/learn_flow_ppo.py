@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab.bench.common import machine_info, print_table, write_json
+from unilab.bench.common import machine_info, print_table, run_seed, write_json
 
 GAIN = 0.10
 """The target the issue names: the imitation success plus 10 points."""
@@ -65,17 +65,6 @@ def summarize(arm: str, seed: int | None, run: Path) -> dict[str, Any]:
         "env_steps_to_start_plus_10": reached,
         "curve": points,
     }
-
-
-def run_seed(run: Path, default: int) -> int:
-    """The run's `run.seed` from its saved config (`default` where it has none)."""
-    from omegaconf import OmegaConf
-
-    config = run / "config.yaml"
-    if not config.is_file():
-        return default
-    seed = OmegaConf.select(OmegaConf.load(config), "run.seed")
-    return default if seed is None else int(seed)
 
 
 def add_reference(rows: list[dict[str, Any]]) -> None:

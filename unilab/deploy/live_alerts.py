@@ -232,7 +232,7 @@ def alerts_report(monitors: list[AlertMonitor], options: AlertOptions) -> dict[s
         "success_threshold": float(options.success_threshold),
         "stall_seconds": float(options.stall_seconds),
         "stall_epsilon": float(options.stall_epsilon),
-        **_quality_fields(q),
+        **quality_fields(q),
         "scored_episodes": sum(len(m.outcomes) for m in monitors),
         "by_kind": {k: sum(a.kind == k for a in scored) for k in ALERT_KINDS},
         "predictions": sum(m.predictions for m in monitors),
@@ -243,7 +243,8 @@ def alerts_report(monitors: list[AlertMonitor], options: AlertOptions) -> dict[s
     return report
 
 
-def _quality_fields(q: AlertQuality) -> dict[str, Any]:
+def quality_fields(q: AlertQuality) -> dict[str, Any]:
+    """`AlertQuality` as report fields (NaN as null)."""
     return {
         "precision": _finite_or_none(q.precision),
         "recall": _finite_or_none(q.recall),
@@ -262,11 +263,11 @@ def alert_sweep(monitors: list[AlertMonitor], options: AlertOptions) -> list[dic
     for threshold in options.sweep_thresholds:
         alone = replace(options, success_threshold=float(threshold), stall_seconds=_NEVER_S)
         q = merge_quality(monitors, alone)
-        rows.append({"rule": "low_success", "value": float(threshold), **_quality_fields(q)})
+        rows.append({"rule": "low_success", "value": float(threshold), **quality_fields(q)})
     for seconds in options.sweep_stall_s:
         alone = replace(options, success_threshold=0.0, stall_seconds=float(seconds))
         q = merge_quality(monitors, alone)
-        rows.append({"rule": "progress_stall", "value": float(seconds), **_quality_fields(q)})
+        rows.append({"rule": "progress_stall", "value": float(seconds), **quality_fields(q)})
     return rows
 
 

@@ -3,7 +3,8 @@
 Each round is one run directory, made in four steps:
 
 1. **roll out** the current policy (RUN in round 1, then the previous round's run) for E
-   episodes, one per env in waves of up to 100 envs, with `unilab play`'s recorder (`record=`) into the round's own store
+   episodes, one per env in waves of up to 100 envs, with `unilab play`'s recorder
+   (`record=`) into the round's own store
    (`round_<k>/rollouts.zarr`, kept), then append those episodes, with their success as
    metadata, to the loop's store (`append_episodes`: fields the demos store lacks are left
    out, its extra columns such as `mode` / `perturbed` get neutral values). That store
