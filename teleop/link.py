@@ -66,6 +66,27 @@ def frames_of(parts: Sequence[Any]) -> list[memoryview]:
     return [p.buffer if isinstance(p, zmq.Frame) else memoryview(p) for p in parts]
 
 
+def _bind_pair(router: zmq.Socket[Any], pub: zmq.Socket[Any], endpoint: str) -> str:
+    """Bind command at `endpoint` and status at its port + 1; the status endpoint.
+
+    With an ephemeral port (`:0`, tests and `unilab hil` defaults) the OS picks the command
+    port and port + 1 may already be taken by another process: try other ports then.
+    """
+    ephemeral = endpoint.endswith(":0") or endpoint.endswith(":*")
+    for _ in range(50 if ephemeral else 1):
+        router.bind(endpoint)
+        bound = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        status = status_endpoint(bound)
+        try:
+            pub.bind(status)
+            return status
+        except zmq.ZMQError as err:
+            router.unbind(bound)
+            if not ephemeral or err.errno != zmq.EADDRINUSE:
+                raise
+    raise zmq.ZMQError(zmq.EADDRINUSE, f"no free port pair (command, command + 1) for {endpoint}")
+
+
 def _curve_server(sock: zmq.Socket[Any], public: bytes, secret: bytes) -> None:
     sock.curve_secretkey = secret
     sock.curve_publickey = public
@@ -117,9 +138,7 @@ class HostSockets:
             # Status is for watching: a slow subscriber loses old ticks, never delays new ones.
             pub.setsockopt(zmq.MAXMSGSIZE, 1024)  # subscribers send only (un)subscribe frames
             pub.setsockopt(zmq.SNDHWM, 100)
-            router.bind(endpoint)
-            status = status_endpoint(router.getsockopt_string(zmq.LAST_ENDPOINT))
-            pub.bind(status)
+            status = _bind_pair(router, pub, endpoint)
         except Exception:
             router.close(0)
             pub.close(0)
