@@ -20,6 +20,12 @@ execute chunks the same way.
 - `noise_temperature` scales the initial noise of every plan (1.0: the flow's own N(0, I);
   below 1 draws closer to the mode, 0 is the deterministic chunk). The random stream is
   the same at every temperature, so runs that differ only in it see the same draws.
+- A per-episode choice (`hold=(key, choose)`: the token selector): at an env's first plan
+  of an episode `choose(obs)` picks the value of observation input `key` for it, and every
+  later plan of that episode is fed the same value, as rollouts explore under one token
+  per episode. Re-choosing at every chunk lets a state-conditioned choice switch between
+  behaviours mid-episode (around a wall left, then right). Observations that carry `key`
+  themselves (an explicit token) bypass the hold.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import numpy as np
 
 Planner = Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]
 """(observations of n envs, noise (n, H, A) float32) -> action chunks (n, H, A)."""
+EpisodeChoice = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+"""(observations of n envs at their episode's first plan) -> (n,) int64 values >= 0 of the
+input the executor then holds for the rest of each episode."""
 
 
 class ChunkExecutor:
@@ -43,6 +52,7 @@ class ChunkExecutor:
         ensemble_decay: float | None = None,
         seed: int = 0,
         noise_temperature: float = 1.0,
+        hold: tuple[str, EpisodeChoice] | None = None,
     ) -> None:
         if num_envs < 1 or horizon < 1 or action_dim < 1:
             raise ValueError(
@@ -73,14 +83,34 @@ class ChunkExecutor:
             self._sum_wa = np.zeros((num_envs, horizon, action_dim))
         self.replanned = np.zeros(num_envs, bool)
         """Which envs got a new chunk in the last call (chunk boundaries for learners)."""
+        self.hold = hold
+        self.held = np.full(num_envs, -1, np.int64)
+        """(N,) each env's held value for its episode (-1: not chosen yet)."""
 
     def reset(self, envs: Sequence[int] | np.ndarray | None = None) -> None:
         """Forget the chunks of these envs (all when None); they re-plan on the next call."""
         idx = np.arange(self.num_envs) if envs is None else np.asarray(envs, np.int64)
         self._since_plan[idx] = self.n_act
+        self.held[idx] = -1
         if self.ensemble_decay is not None:
             self._sum_w[idx] = 0.0
             self._sum_wa[idx] = 0.0
+
+    def _held_values(self, need: np.ndarray, sub: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(len(need),) the held values of these envs, choosing for those without one."""
+        assert self.hold is not None
+        key, choose = self.hold
+        fresh = np.flatnonzero(self.held[need] < 0)
+        if fresh.size:
+            chosen = np.asarray(choose({k: v[fresh] for k, v in sub.items()}), np.int64)
+            if chosen.shape != (fresh.size,) or (chosen < 0).any():
+                raise ValueError(
+                    f"episode choice for {key!r} returned {chosen.shape} values "
+                    f"(min {chosen.min() if chosen.size else None}); expected "
+                    f"({fresh.size},) values >= 0"
+                )
+            self.held[need[fresh]] = chosen
+        return self.held[need].copy()
 
     def reseed(self, seed: int) -> None:
         self.seed = seed
@@ -92,6 +122,8 @@ class ChunkExecutor:
         self.replanned[:] = False
         if need.size:
             sub = {k: np.asarray(v)[need] for k, v in obs.items()}
+            if self.hold is not None and self.hold[0] not in obs:
+                sub[self.hold[0]] = self._held_values(need, sub)
             noise = self.rng.standard_normal(
                 (need.size, self.horizon, self.action_dim), dtype=np.float32
             )

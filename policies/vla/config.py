@@ -70,6 +70,10 @@ class VLAConfig:
     token_selector: bool = False
     """Add `TokenSelector`: picks the token from the observation wherever none is given
     (deployment, evaluation); trained by `flow_ppo` from its rollouts."""
+    selector_holds_token: bool = True
+    """Chunked execution (play, eval, deploy) keeps the selector's token for the whole
+    episode, chosen at its first chunk, as rollouts explore under one token per episode;
+    false: the selector chooses again at every chunk."""
     flow_noise: bool = False
     """Add a noise head: sampling adds learned Gaussian noise at each Euler step, so the
     K-step chain has an exact log-probability (ReinFlow-style, for RL fine-tuning)."""

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
-from unilab.policies.vla.chunking import ChunkExecutor, Planner
+from unilab.policies.vla.chunking import ChunkExecutor, EpisodeChoice, Planner
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.flow import euler_integrate, guided, time_grid
 from unilab.policies.vla.flow_noise import Chain, NoiseHead
@@ -247,6 +247,14 @@ class VLAPolicy(PolicyModule):
         """(N,) the selector's token for each observation (argmax)."""
         return self.token_logits(obs).argmax(-1)
 
+    def choose_tokens(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(n,) int64 the selector's tokens for numpy observations: the per-episode choice
+        a `ChunkExecutor` holds (`cfg.selector_holds_token`)."""
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
+        self.check_obs(tensors)
+        with torch.inference_mode():
+            return self.select_tokens(self._to_device(tensors)).cpu().numpy().astype(np.int64)
+
     def episodes_ended(self, ended: np.ndarray) -> None:
         """Rollouts: envs whose episode ended draw a new exploration token at their next
         chunk (`unilab.runtime.policy.EpisodicPolicy`)."""
@@ -462,12 +470,14 @@ class VLAPolicy(PolicyModule):
         noise_temperature: float = 1.0,
         guidance_scale: float | None = None,
         best_of_n: int = 1,
+        hold_token: bool | None = None,
     ) -> ChunkExecutor:
         """Chunked execution of this policy over `num_envs` envs (what rollouts use): the
         configured `n_act` and temporal ensembling unless given, initial noise drawn from
         `seed` and scaled by `noise_temperature` (the MSE head executes its mean), guidance
         at `guidance_scale` (None: the configured one), `best_of_n` candidates per re-plan
-        ranked by the value heads (`planner`)."""
+        ranked by the value heads (`planner`); `hold_token` (None: the configured
+        `selector_holds_token`) keeps the selector's token for each episode."""
         return ChunkExecutor(
             self.planner(guidance_scale, int(best_of_n), float(noise_temperature), seed),
             num_envs,
@@ -477,7 +487,17 @@ class VLAPolicy(PolicyModule):
             self.cfg.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
             noise_temperature,
+            hold=self.token_hold(hold_token),
         )
+
+    def token_hold(self, hold: bool | None = None) -> tuple[str, EpisodeChoice] | None:
+        """The executor's per-episode token choice: the selector's, when this policy has one
+        and `hold` (None: `cfg.selector_holds_token`); None otherwise (every chunk chooses
+        again)."""
+        hold = self.cfg.selector_holds_token if hold is None else hold
+        if self.selector is None or not hold:
+            return None
+        return ("token", self.choose_tokens)
 
 
 def count_parameters(module: nn.Module) -> dict[str, Any]:

@@ -124,3 +124,46 @@ def test_token_selector_is_in_the_graph_and_deploy_lets_it_pick(tmp_path: Path) 
     assert onnx_policy.metadata.token_selector
     plan = onnx_policy.plan({k: v.numpy() for k, v in obs.items()}, probes["noise"].numpy())
     np.testing.assert_allclose(plan, picked.numpy(), atol=1e-4)
+
+
+def test_selector_token_is_held_per_episode_by_torch_and_onnx_executors(tmp_path: Path) -> None:
+    from unilab.deploy.vla_onnx_policy import OnnxVLAPolicy
+
+    torch.manual_seed(0)
+    cfg = small_config(n_tokens=4, token_selector=True, token_dropout=0.0)
+    policy = trained_looking(VLAPolicy(INPUTS, cfg))
+    path = export_vla_onnx(policy, tmp_path / "hold.onnx", vocabulary=VOCAB)
+    onnx_policy = OnnxVLAPolicy(path)
+    assert onnx_policy.metadata.selector_holds_token
+    # The graph reports the token each row ran under: the selector's pick where it was -2.
+    probes = example_inputs(policy, 32, seed=5)
+    obs = {k: v for k, v in probes.items() if k not in ("token", "noise")}
+    chosen = policy.select_tokens(obs).numpy()
+    (reported,) = onnx_policy.session.run(["selected_token"], onnx_feeds(policy, probes))
+    given = probes["token"].numpy()
+    np.testing.assert_array_equal(reported, np.where(given == -2, chosen, given))
+    np_obs = {k: v.numpy() for k, v in obs.items()}
+    np.testing.assert_array_equal(onnx_policy.choose_tokens(np_obs), chosen)
+    np.testing.assert_array_equal(policy.choose_tokens(np_obs), chosen)
+    # An episode of 4 envs whose states make the selector change its mind: both executors
+    # keep each env's first choice, and agree on the actions.
+    first = {k: v[:4] for k, v in np_obs.items()}
+    later = {k: v[4:] for k, v in np_obs.items()}
+    changes = chosen[:4] != chosen[4:8]
+    assert changes.any(), "probes where the selector's choice changes"
+    steps = (first, later, later)
+    torch_ex = policy.executor(4, seed=3, n_act=1)
+    onnx_ex = onnx_policy.executor(4, seed=3, n_act=1)
+    explicit = policy.executor(4, seed=3, n_act=1)
+    per_chunk = policy.executor(4, seed=3, n_act=1, hold_token=False)
+    for step_obs in steps:
+        held = torch_ex(step_obs)
+        np.testing.assert_allclose(held, onnx_ex(step_obs), atol=1e-4)
+        # what the hold feeds is what explicit first-choice tokens give
+        np.testing.assert_allclose(held, explicit({**step_obs, "token": chosen[:4]}), atol=1e-6)
+        reselected = per_chunk(step_obs)
+    np.testing.assert_array_equal(torch_ex.held, chosen[:4])
+    np.testing.assert_array_equal(onnx_ex.held, chosen[:4])
+    # Re-selecting at every chunk runs other tokens where the choice changed.
+    moved = np.abs(reselected - held).max(axis=1) > 1e-4
+    np.testing.assert_array_equal(moved, changes)

@@ -87,3 +87,52 @@ def test_bad_arguments_and_planner_output_are_reported() -> None:
         ValueError, match="planner returned shape \\(1, 4, 2\\); expected \\(1, 5, 2\\)"
     ):
         ex(obs_of(1))
+
+
+class TokenRecordingPlanner(RecordingPlanner):
+    """Also records the `token` input of every plan."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: list[np.ndarray] = []
+
+    def __call__(self, obs, noise):
+        self.tokens.append(np.asarray(obs["token"]).copy())
+        return super().__call__(obs, noise)
+
+
+def test_held_choice_is_made_once_per_episode_and_fed_to_every_chunk() -> None:
+    planner = TokenRecordingPlanner()
+    choices: list[np.ndarray] = []
+
+    def choose(obs):  # a state-dependent choice that changes whenever the state does
+        pick = (obs["policy"][:, 0] + 10 * len(choices)).astype(np.int64) % 7
+        choices.append(obs["policy"][:, 0].copy())
+        return pick
+
+    ex = ChunkExecutor(planner, 3, H, A, n_act=2, seed=0, hold=("token", choose))
+    o = obs_of(3)
+    for _ in range(5):  # three chunks per env (calls 0, 2, 4), one choice
+        ex(o)
+    assert len(choices) == 1
+    first = planner.tokens[0]
+    np.testing.assert_array_equal(first, [0, 1, 2])
+    assert all(np.array_equal(t, first) for t in planner.tokens)
+    # Env 1 starts a new episode: only it chooses again, the others keep their token.
+    ex.reset([1])
+    ex(o)
+    assert len(choices) == 2 and np.array_equal(choices[1], [1.0])
+    np.testing.assert_array_equal(ex.held, [0, 11 % 7, 2])
+    assert np.array_equal(planner.tokens[-1], [11 % 7])
+    # An observation that carries the token itself wins over the hold.
+    ex.reset()
+    ex({**o, "token": np.full(3, 5, np.int64)})
+    assert len(choices) == 2 and np.array_equal(planner.tokens[-1], [5, 5, 5])
+
+
+def test_held_choice_must_give_one_nonnegative_value_per_env() -> None:
+    ex = ChunkExecutor(
+        RecordingPlanner(), 2, H, A, n_act=1, hold=("token", lambda obs: np.array([0, -1]))
+    )
+    with pytest.raises(ValueError, match="values >= 0"):
+        ex(obs_of(2))

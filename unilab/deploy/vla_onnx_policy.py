@@ -13,6 +13,9 @@ Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and 
 `advantage` when the model has them; missing conditions are fed as null, -1, except a
 missing token of a graph with a token selector: -2, the selector picks it, and a missing
 advantage of a graph whose metadata names an `inference_advantage`: that value, 1 for RECAP).
+With `selector_holds_token` in the metadata the executor asks the graph's selector once per
+episode (its `selected_token` output) and feeds that token to the rest of the episode's chunks, as the
+torch policy's executor does.
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ import onnxruntime as ort
 
 from unilab.deploy.onnx_session import open_session
 from unilab.export.metadata import MetadataError, PolicyMetadata
-from unilab.export.vla_metadata import ACTIONS_OUTPUT, NOISE_INPUT, VLAMetadata, input_name
-from unilab.policies.vla.chunking import ChunkExecutor
+from unilab.export.vla_metadata import (
+    ACTIONS_OUTPUT,
+    NOISE_INPUT,
+    TOKEN_OUTPUT,
+    VLAMetadata,
+    input_name,
+)
+from unilab.policies.vla.chunking import ChunkExecutor, EpisodeChoice
 from unilab.runtime.policy import ActionChunk
 
 
@@ -55,6 +64,12 @@ class OnnxVLAPolicy:
                 f"{self.metadata.inputs}"
             )
         meta = self.metadata
+        outputs = [o.name for o in self.session.get_outputs()]
+        if meta.selector_holds_token and TOKEN_OUTPUT not in outputs:
+            raise MetadataError(
+                f"{self.path}: the metadata says the selector's token is held per episode, "
+                f"but the graph has no {TOKEN_OUTPUT!r} output (outputs: {outputs})"
+            )
         self.obs_keys: list[str] = ["policy"] if meta.proprio_dim else []
         self.obs_keys += [f"images/{cam}" for cam in meta.cameras]
         if meta.vocab_size:
@@ -166,6 +181,20 @@ class OnnxVLAPolicy:
         (chunks,) = self.session.run([ACTIONS_OUTPUT], feeds)
         return np.asarray(chunks, np.float32)
 
+    def choose_tokens(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(n,) int64 the graph's selector's tokens for n observations (no token given)."""
+        feeds, n = self._feeds({k: v for k, v in obs.items() if k != "token"})
+        meta = self.metadata
+        if meta.head == "flow":
+            zeros = np.zeros((n, meta.horizon, meta.action_dim), np.float32)
+            feeds[NOISE_INPUT] = zeros
+        (tokens,) = self.session.run([TOKEN_OUTPUT], feeds)
+        return np.asarray(tokens, np.int64).reshape(n)
+
+    def token_hold(self) -> tuple[str, EpisodeChoice] | None:
+        """The executor's per-episode token choice (metadata `selector_holds_token`)."""
+        return ("token", self.choose_tokens) if self.metadata.selector_holds_token else None
+
     def executor(
         self,
         num_envs: int,
@@ -186,4 +215,5 @@ class OnnxVLAPolicy:
             meta.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
             meta.noise_temperature if noise_temperature is None else noise_temperature,
+            hold=self.token_hold(),
         )

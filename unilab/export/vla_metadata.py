@@ -22,6 +22,9 @@ VLA_FORMAT_VERSION = 1
 VLA_KEY = "vla"
 NOISE_INPUT = "noise"
 ACTIONS_OUTPUT = "actions"
+TOKEN_OUTPUT = "selected_token"
+"""Second output of a graph with a token selector: (N,) int64, the token each row ran under
+(the selector's pick where the input was -2)."""
 
 
 def input_name(obs_key: str) -> str:
@@ -57,6 +60,10 @@ class VLAMetadata:
     token_selector: bool = False
     """The graph holds a token selector: a `token` of -2 lets it pick the token (what
     deploy feeds when no token is given)."""
+    selector_holds_token: bool = False
+    """Execution keeps the selector's token for the whole episode (read from the graph's
+    `selected_token` output at the episode's first chunk and fed back after), as the torch policy
+    does (`model.selector_holds_token`). Files without it re-select at every chunk."""
     advantage: bool = False
     """Input `advantage` (N,) int64: 1 positive, 0 negative, -1 null."""
     inference_advantage: int | None = None

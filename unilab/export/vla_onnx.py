@@ -3,7 +3,9 @@
 Inputs (batch axis symbolic): `policy` float32 (N, d), `image_<cam>` uint8 (N, H, W, 3),
 `instruction` int64 (N, L), `token` / `advantage` int64 (N,) when the model has them
 (-1 = null), and for the flow head `noise` float32 (N, H, A), the initial noise at t = 1.
-Output `actions` float32 (N, H, A) in task units. The flow head's graph holds the prefix
+Output `actions` float32 (N, H, A) in task units; a model with a token selector adds output
+`selected_token` int64 (N,), the token each row ran under (the selector's pick where the input was -2),
+which the runner holds for the rest of an episode. The flow head's graph holds the prefix
 encoder once and K unrolled action-expert steps (the prefix keys/values computed once),
 guidance included when the model is configured with it, action normalization included; so
 onnxruntime and torch agree for the same noise. The default exporter is torch's
@@ -26,11 +28,13 @@ from unilab.export.onnx_export import OPSET, ExportError, _quiet_exporter
 from unilab.export.vla_metadata import (
     ACTIONS_OUTPUT,
     NOISE_INPUT,
+    TOKEN_OUTPUT,
     VLA_KEY,
     VLAMetadata,
     input_name,
 )
 from unilab.policies.vla.policy import VLAPolicy
+from unilab.policies.vla.tokens import SELECT_TOKEN
 
 TOLERANCE = 1e-3
 """Largest |onnxruntime - torch| (action units) `export_checked` accepts on its probes. The
@@ -53,6 +57,7 @@ def _export(
     names: list[str],
     exporter: str,
     opset: int | None = None,
+    outputs: Sequence[str] = (ACTIONS_OUTPUT,),
 ) -> None:
     opset = EXPORTERS[exporter] if opset is None else opset
     if exporter == "dynamo":
@@ -62,7 +67,7 @@ def _export(
             args,
             str(path),
             input_names=names,
-            output_names=[ACTIONS_OUTPUT],
+            output_names=list(outputs),
             opset_version=opset,
             dynamo=True,
             dynamic_shapes=(tuple({0: batch} for _ in args),),  # one entry: *tensors
@@ -75,16 +80,22 @@ def _export(
         args,
         str(path),
         input_names=names,
-        output_names=[ACTIONS_OUTPUT],
+        output_names=list(outputs),
         opset_version=opset,
         dynamo=False,
-        dynamic_axes={n: {0: "batch"} for n in [*names, ACTIONS_OUTPUT]},
+        dynamic_axes={n: {0: "batch"} for n in [*names, *outputs]},
     )
 
 
 def graph_keys(policy: VLAPolicy) -> list[str]:
     """Observation keys in the order of the graph's inputs (before `noise`)."""
     return [*policy.inputs.obs_keys, *policy.condition_names]
+
+
+def graph_outputs(policy: VLAPolicy) -> list[str]:
+    """The graph's outputs: `actions`, and `token` when the model has a token selector."""
+    has_token = policy.selector is not None and "token" in policy.condition_names
+    return [ACTIONS_OUTPUT, TOKEN_OUTPUT] if has_token else [ACTIONS_OUTPUT]
 
 
 class _ChunkGraph(nn.Module):
@@ -95,12 +106,17 @@ class _ChunkGraph(nn.Module):
         self.policy = policy
         self.keys = list(keys)
         self.with_noise = policy.head == "flow"
+        self.with_token = len(graph_outputs(policy)) == 2
 
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         obs = dict(zip(self.keys, tensors[: len(self.keys)], strict=True))
-        if self.with_noise:
-            return self.policy(obs, tensors[-1])
-        return self.policy(obs, torch.zeros(()))
+        noise = tensors[-1] if self.with_noise else torch.zeros(())
+        if not self.with_token:
+            return self.policy(obs, noise)
+        # Resolve -2 here (what the policy would do inside) so the graph can report it.
+        given = obs["token"].reshape(-1).to(torch.int64)
+        token = torch.where(given == SELECT_TOKEN, self.policy.select_tokens(obs), given)
+        return self.policy({**obs, "token": token}, noise), token
 
 
 def example_inputs(policy: VLAPolicy, batch: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -171,6 +187,7 @@ def vla_metadata(
         vocabulary=[str(w) for w in vocabulary],
         n_tokens=cfg.n_tokens,
         token_selector=policy.selector is not None,
+        selector_holds_token=policy.selector is not None and cfg.selector_holds_token,
         advantage=cfg.advantage,
         inference_advantage=cfg.inference_advantage if cfg.advantage else None,
         guidance_scale=cfg.guidance_scale,
@@ -220,7 +237,7 @@ def export_vla_onnx(
     with _quiet_exporter() as captured:
         try:
             with torch.no_grad():
-                _export(graph, args, path, meta.inputs, exporter)
+                _export(graph, args, path, meta.inputs, exporter, outputs=graph_outputs(policy))
         except Exception as exc:
             raise ExportError(
                 f"ONNX export of the VLA failed ({exporter} exporter): "
@@ -232,6 +249,7 @@ def export_vla_onnx(
         f"unilab VLA ({policy.head} head): inputs {meta.inputs} -> {ACTIONS_OUTPUT} "
         f"(batch, {meta.horizon}, {meta.action_dim}) float32"
         + (f", {meta.num_steps} Euler steps inside" if policy.head == "flow" else "")
+        + (f"; {TOKEN_OUTPUT} (batch,) int64" if len(graph_outputs(policy)) == 2 else "")
     )
     del model.metadata_props[:]
     props = dict(base.to_props()) if base is not None else {}
