@@ -10,8 +10,9 @@ for every condition:
   a grid of each `--cells` size (m); two episodes share a path when every instant falls in the same
   cell. Success rates come with it.
 - **deployment choice** (deterministic chunks, the policy's own executor): success with
-  the selector choosing the token (a run trained by flow_ppo with tokens), with each fixed
-  token, and with the null token.
+  the selector choosing the token (a run trained by flow_ppo with tokens) once per episode
+  and held (`selector`, what play, eval and deploy do), choosing again at every chunk
+  (`selector per chunk`), with each fixed token, and with the null token.
 
     unilab bench tokens RUN [--episodes 100] [--seeds 0] [--cells 0.05,0.1,0.2] [--points 4]
 """
@@ -115,10 +116,13 @@ def coverage(run: Path, episodes: int, seed: int, tokens: bool, args: Any) -> di
     return row
 
 
-def deployment(run: Path, episodes: int, seed: int, token: int | None) -> dict[str, Any]:
-    """Deterministic chunks; token None: the selector if the model has one, else null."""
+def deployment(
+    run: Path, episodes: int, seed: int, token: int | None, hold: bool = True
+) -> dict[str, Any]:
+    """Deterministic chunks; token None: the selector if the model has one (its choice held
+    for the episode, or made again at every chunk when not `hold`), else null."""
     task, policy = _task_and_policy(run, episodes, seed, rollout=False)
-    executor = policy.executor(task.num_envs, seed=seed)
+    executor = policy.executor(task.num_envs, seed=seed, hold_token=hold)
 
     def act(obs: dict[str, np.ndarray]) -> np.ndarray:
         if token is not None:
@@ -157,6 +161,8 @@ def ratios(rows: list[dict[str, Any]], cells: list[float]) -> dict[str, float]:
         out["null_vs_best_fixed_token"] = mean(by["null"]) / best
         if "selector" in by:
             out["selector_vs_best_fixed_token"] = mean(by["selector"]) / best
+        if "selector per chunk" in by:
+            out["selector_per_chunk_vs_best_fixed_token"] = mean(by["selector per chunk"]) / best
     return out
 
 
@@ -195,12 +201,12 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"seed": seed, "measure": "coverage", "tokens": tokens, **r})
         if args.skip_deployment:
             continue
-        choices: list[tuple[str, int | None]] = [("null", -1)]
-        choices += [(f"token {i}", i) for i in range(k)]
+        choices: list[tuple[str, int | None, bool]] = [("null", -1, True)]
+        choices += [(f"token {i}", i, True) for i in range(k)]
         if has_selector:
-            choices.append(("selector", None))
-        for label, token in choices:
-            r = deployment(args.run, args.episodes, seed, token)
+            choices += [("selector", None, True), ("selector per chunk", None, False)]
+        for label, token, hold in choices:
+            r = deployment(args.run, args.episodes, seed, token, hold)
             rows.append({"seed": seed, "measure": "deployment", "token": label, **r})
     cover = [f"paths_per_100@{c:g}m" for c in args.cells]
     print_table(rows, ["seed", "measure", "tokens", "token", *cover, "success"])

@@ -26,8 +26,10 @@ def test_ratios_average_over_seeds() -> None:
         {"measure": "deployment", "token": "token 0", "success": 0.5},
         {"measure": "deployment", "token": "token 1", "success": 0.3},
         {"measure": "deployment", "token": "selector", "success": 0.6},
+        {"measure": "deployment", "token": "selector per chunk", "success": 0.35},
     ]
     out = ratios(rows, [0.1])
     assert out["coverage_tokens_vs_null@0.1m"] == pytest.approx(2.0)
     assert out["null_vs_best_fixed_token"] == pytest.approx(0.8)
     assert out["selector_vs_best_fixed_token"] == pytest.approx(1.2)
+    assert out["selector_per_chunk_vs_best_fixed_token"] == pytest.approx(0.7)
