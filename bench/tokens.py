@@ -123,6 +123,7 @@ def deployment(
     for the episode, or made again at every chunk when not `hold`), else null."""
     task, policy = _task_and_policy(run, episodes, seed, rollout=False)
     executor = policy.executor(task.num_envs, seed=seed, hold_token=hold)
+    first = np.full(task.num_envs, -1, np.int64)  # each env's held token, its first episode
 
     def act(obs: dict[str, np.ndarray]) -> np.ndarray:
         if token is not None:
@@ -130,10 +131,17 @@ def deployment(
         return executor(obs)
 
     def on_end(ended: np.ndarray) -> None:
+        keep = ended & (first < 0)
+        first[keep] = executor.held[keep]
         executor.reset(np.flatnonzero(ended))
 
     out = _episodes(task, act, on_end)
-    return {"success": float(out["success"].mean())}
+    row: dict[str, Any] = {"success": float(out["success"].mean())}
+    chosen = first[first >= 0]
+    if token is None and hold and chosen.size:  # what the selector chose, per episode
+        shares = np.bincount(chosen, minlength=int(policy.cfg.n_tokens)) / chosen.size
+        row["selector_token_share"] = [round(float(x), 3) for x in shares]
+    return row
 
 
 def ratios(rows: list[dict[str, Any]], cells: list[float]) -> dict[str, float]:
@@ -209,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             r = deployment(args.run, args.episodes, seed, token, hold)
             rows.append({"seed": seed, "measure": "deployment", "token": label, **r})
     cover = [f"paths_per_100@{c:g}m" for c in args.cells]
-    print_table(rows, ["seed", "measure", "tokens", "token", *cover, "success"])
+    print_table(
+        rows, ["seed", "measure", "tokens", "token", *cover, "success", "selector_token_share"]
+    )
     doc = {
         "benchmark": "tokens",
         "bench_command": "unilab bench tokens " + " ".join(argv or []),
