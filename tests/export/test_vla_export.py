@@ -148,7 +148,7 @@ def test_selector_token_is_held_per_episode_by_torch_and_onnx_executors(tmp_path
     # An episode of 4 envs whose states make the selector change its mind: both executors
     # keep each env's first choice, and agree on the actions.
     first = {k: v[:4] for k, v in np_obs.items()}
-    later = {k: v[4:] for k, v in np_obs.items()}
+    later = {k: v[4:8] for k, v in np_obs.items()}
     changes = chosen[:4] != chosen[4:8]
     assert changes.any(), "probes where the selector's choice changes"
     steps = (first, later, later)

@@ -14,8 +14,8 @@ Observation keys are the policy's (`policy`, `images/<cam>`, `instruction`, and 
 missing token of a graph with a token selector: -2, the selector picks it, and a missing
 advantage of a graph whose metadata names an `inference_advantage`: that value, 1 for RECAP).
 With `selector_holds_token` in the metadata the executor asks the graph's selector once per
-episode (its `selected_token` output) and feeds that token to the rest of the episode's chunks, as the
-torch policy's executor does.
+episode (its `selected_token` output) and feeds that token to the rest of the episode's
+chunks, as the torch policy's executor does.
 """
 
 from __future__ import annotations

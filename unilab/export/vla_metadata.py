@@ -62,8 +62,8 @@ class VLAMetadata:
     deploy feeds when no token is given)."""
     selector_holds_token: bool = False
     """Execution keeps the selector's token for the whole episode (read from the graph's
-    `selected_token` output at the episode's first chunk and fed back after), as the torch policy
-    does (`model.selector_holds_token`). Files without it re-select at every chunk."""
+    `selected_token` output at the episode's first chunk and fed back after), as the torch
+    policy does (`model.selector_holds_token`). Files without it re-select at every chunk."""
     advantage: bool = False
     """Input `advantage` (N,) int64: 1 positive, 0 negative, -1 null."""
     inference_advantage: int | None = None

@@ -4,8 +4,8 @@ Inputs (batch axis symbolic): `policy` float32 (N, d), `image_<cam>` uint8 (N, H
 `instruction` int64 (N, L), `token` / `advantage` int64 (N,) when the model has them
 (-1 = null), and for the flow head `noise` float32 (N, H, A), the initial noise at t = 1.
 Output `actions` float32 (N, H, A) in task units; a model with a token selector adds output
-`selected_token` int64 (N,), the token each row ran under (the selector's pick where the input was -2),
-which the runner holds for the rest of an episode. The flow head's graph holds the prefix
+`selected_token` int64 (N,), the token each row ran under (the selector's pick where the
+input was -2), which the runner holds for the rest of an episode. The flow head's graph holds the prefix
 encoder once and K unrolled action-expert steps (the prefix keys/values computed once),
 guidance included when the model is configured with it, action normalization included; so
 onnxruntime and torch agree for the same noise. The default exporter is torch's
