@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from unilab.policies.vla.action_expert import ActionExpert, ExpertContext
-from unilab.policies.vla.chunking import ChunkExecutor, EpisodeChoice, Planner
+from unilab.policies.vla.chunking import ChunkExecutor, Planner
 from unilab.policies.vla.config import VLAConfig, VLAInputs
 from unilab.policies.vla.flow import euler_integrate, guided, time_grid
 from unilab.policies.vla.flow_noise import Chain, NoiseHead
@@ -478,6 +478,8 @@ class VLAPolicy(PolicyModule):
         at `guidance_scale` (None: the configured one), `best_of_n` candidates per re-plan
         ranked by the value heads (`planner`); `hold_token` (None: the configured
         `selector_holds_token`) keeps the selector's token for each episode."""
+        hold = self.cfg.selector_holds_token if hold_token is None else hold_token
+        choice = ("token", self.choose_tokens) if self.selector is not None and hold else None
         return ChunkExecutor(
             self.planner(guidance_scale, int(best_of_n), float(noise_temperature), seed),
             num_envs,
@@ -487,17 +489,8 @@ class VLAPolicy(PolicyModule):
             self.cfg.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
             noise_temperature,
-            hold=self.token_hold(hold_token),
+            hold=choice,
         )
-
-    def token_hold(self, hold: bool | None = None) -> tuple[str, EpisodeChoice] | None:
-        """The executor's per-episode token choice: the selector's, when this policy has one
-        and `hold` (None: `cfg.selector_holds_token`); None otherwise (every chunk chooses
-        again)."""
-        hold = self.cfg.selector_holds_token if hold is None else hold
-        if self.selector is None or not hold:
-            return None
-        return ("token", self.choose_tokens)
 
 
 def count_parameters(module: nn.Module) -> dict[str, Any]:

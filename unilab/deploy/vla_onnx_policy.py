@@ -35,7 +35,7 @@ from unilab.export.vla_metadata import (
     VLAMetadata,
     input_name,
 )
-from unilab.policies.vla.chunking import ChunkExecutor, EpisodeChoice
+from unilab.policies.vla.chunking import ChunkExecutor
 from unilab.runtime.policy import ActionChunk
 
 
@@ -191,10 +191,6 @@ class OnnxVLAPolicy:
         (tokens,) = self.session.run([TOKEN_OUTPUT], feeds)
         return np.asarray(tokens, np.int64).reshape(n)
 
-    def token_hold(self) -> tuple[str, EpisodeChoice] | None:
-        """The executor's per-episode token choice (metadata `selector_holds_token`)."""
-        return ("token", self.choose_tokens) if self.metadata.selector_holds_token else None
-
     def executor(
         self,
         num_envs: int,
@@ -204,7 +200,7 @@ class OnnxVLAPolicy:
         noise_temperature: float | None = None,
     ) -> ChunkExecutor:
         """A per-step executor with the exported n_act / ensembling / noise temperature
-        unless overridden."""
+        unless overridden; the selector's token held per episode when the metadata says so."""
         meta = self.metadata
         return ChunkExecutor(
             self.plan,
@@ -215,5 +211,5 @@ class OnnxVLAPolicy:
             meta.ensemble_decay if ensemble_decay is None else ensemble_decay,
             seed,
             meta.noise_temperature if noise_temperature is None else noise_temperature,
-            hold=self.token_hold(),
+            hold=("token", self.choose_tokens) if meta.selector_holds_token else None,
         )
