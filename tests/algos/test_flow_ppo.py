@@ -287,6 +287,37 @@ def test_a_fresh_selector_learns_the_better_token_within_three_batches() -> None
     assert (picks == 2).float().mean() > 0.9  # chance: 1 in 3
 
 
+def test_a_frozen_actor_keeps_its_modes_while_the_selector_learns() -> None:
+    import numpy as np
+
+    torch.manual_seed(0)
+    model = tiny_cfg().model
+    model.n_tokens, model.rollout_tokens, model.token_selector = 3, True, True
+    learner = FlowPPO(tiny_cfg(model=model, freeze_actor=True), SHAPES, A, torch.device("cpu"))
+    selector = learner.actor.selector
+    assert selector is not None
+    chosen = {id(p) for p in selector.parameters()}
+    policy_before = [p.detach().clone() for p in learner.actor.parameters() if id(p) not in chosen]
+    selector_before = [p.detach().clone() for p in selector.parameters()]
+    probe = {"policy": torch.randn(64, 6, generator=torch.Generator().manual_seed(3))}
+    metrics = {}
+    for it in range(3):
+        learner.actor.episodes_ended(np.ones(32, bool))
+        batch = synthetic_batch(learner, it)
+        batch["reward"] = (batch["token"] == 2).float()
+        batch["episode_success"] = torch.full_like(batch["reward"], float("nan"))
+        metrics = learner.update(batch)
+    assert metrics["actor_trained"] == 0.0 and metrics["value_loss"] > 0
+    policy_after = [p for p in learner.actor.parameters() if id(p) not in chosen]
+    assert all(torch.equal(p, q) for p, q in zip(policy_before, policy_after, strict=True))
+    assert not all(
+        torch.equal(p, q) for p, q in zip(selector_before, selector.parameters(), strict=True)
+    )
+    with torch.no_grad():
+        picks = learner.actor.select_tokens(probe)
+    assert (picks == 2).float().mean() > 0.9
+
+
 def test_success_reward_comes_from_episode_ends_and_needs_a_success_metric() -> None:
     from types import SimpleNamespace
 

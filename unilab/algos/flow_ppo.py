@@ -96,6 +96,12 @@ class FlowPPOConfig(AlgoConfig):
     """Gradient norm clip (policy and critic separately)."""
     critic_warmup: int = checked(2, ge=0)
     """Iterations that train only the critic."""
+    freeze_actor: bool = False
+    """Never update the flow policy: only the critic, the token schedule and the selector
+    learn. With tokens this is RL over which behaviour mode to run, which keeps the modes the
+    imitation policy learned intact (actor updates on a small success signal wore the best
+    token's lead away on arm_around_obstacle; ADR 0111). Without tokens nothing that acts
+    learns, so the run measures the imitation policy."""
     reward: str = checked("success", choices=("success", "task"))
     """What the learner maximises: `success`, 1 at the last step of a successful episode
     and 0 elsewhere (the task's `success` metric; what a VLA is fine-tuned for: shaped
@@ -313,7 +319,7 @@ class FlowPPO(Algorithm):
         n_act = int(cfg.model.n_act)
         elements = float(cfg.model.num_steps * n_act * self.action_dim)
         old = old_logp[:, :n_act].sum(-1)
-        train_actor = self.iterations >= cfg.critic_warmup
+        train_actor = not cfg.freeze_actor and self.iterations >= cfg.critic_warmup
         mb = max(2, n // cfg.num_minibatches)
         sums = {"policy_loss": 0.0, "value_loss": 0.0, "kl": 0.0, "clip_frac": 0.0}
         count, stopped = 0, False
