@@ -14,7 +14,13 @@ import torch
 
 from unilab.algos import advantages as adv
 from unilab.algos.awr_flow import AWRFlow, AWRFlowConfig
-from unilab.algos.frame_advantages import ORIGIN_NAMES, SOURCES, FrameTable, compute_advantages
+from unilab.algos.frame_advantages import (
+    ORIGIN_NAMES,
+    SOURCES,
+    FrameTable,
+    baseline_groups,
+    compute_advantages,
+)
 from unilab.algos.offline import train_offline
 from unilab.algos.registry import ALGORITHMS
 from unilab.config import compose
@@ -321,3 +327,49 @@ def test_inference_feeds_advantage_one_and_guidance_at_one_is_conditional(
         {"policy": obs["policy"].numpy(), "advantage": np.full(5, -1)}, noise.numpy()
     )
     assert not np.allclose(nulled_out, out, atol=1e-3)
+
+
+def test_repeated_scenes_are_judged_against_their_own_tries(tmp_path: Path) -> None:
+    # Scene s1 tried 3 times (1 success), s2 twice (both succeed), s3 once, one untagged
+    # rollout and one demonstration: the tries of a repeated scene are judged against its
+    # mean; a scene seen once and an untagged episode fall back to the task's mean.
+    rows = [  # (scene, success, policy_version)
+        ("s1", True, 0), ("s1", False, 0), ("s1", False, 0),
+        ("s2", True, 0), ("s2", True, 0),
+        ("s3", False, 0),
+        (None, True, 0),
+        (None, True, -1),  # a scripted expert demonstration
+    ]  # fmt: skip
+    path = tmp_path / "scenes.zarr"
+    rng = np.random.default_rng(0)
+    episodes = []
+    for k, (scene, success, version) in enumerate(rows):
+        frames = {
+            "obs/policy": rng.normal(0, 1, (L, 3)).astype(np.float32),
+            "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
+            "reward": np.zeros(L, np.float32),
+            "terminated": np.arange(L) == L - 1,
+            "truncated": np.zeros(L, bool),
+            "origin": np.full(L, SIM, np.uint8),
+            "policy_version": np.full(L, version, np.int64),
+        }
+        tags = {} if scene is None else {"scene": scene}
+        meta = {"task": "a", "success": success, "fps": 10.0, "seed": k, "tags": tags}
+        episodes.append((frames, meta))
+    with EpisodeStore.create(path, schema=StoreSchema.build(obs={"policy": 3}, action=2)) as st:
+        st.append_episodes(episodes)
+    ds = FrameDataset(path, action_horizon=H)
+    assert ds.episode_scenes == ["s1", "s1", "s1", "s2", "s2", "s3", None, None]
+    table = FrameTable.from_frames(ds)
+    groups = baseline_groups(table.tasks, table.scenes)
+    assert groups[:3] == [groups[0]] * 3 and groups[3] == groups[4] != groups[0]
+    assert groups[5] == groups[6] == groups[7] == "task:a"
+    a = compute_advantages(table, awr_config(), None)[::L]  # one value per episode
+    task_mean = np.mean([0.0, 1.0, 1.0])  # s3, the untagged rollout, the demo
+    want = [2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, -task_mean, 1 - task_mean, 1.0]
+    np.testing.assert_allclose(a, want, atol=1e-12)
+    # the same scene name under another task is another group
+    assert baseline_groups(["a", "b"], ["s1", "s1"]) == ["task:a", "task:b"]
+    with pytest.raises(ValueError, match="2 episode tasks but 1 episode scenes"):
+        baseline_groups(["a", "a"], ["s1"])
+    ds.close()

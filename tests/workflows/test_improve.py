@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from unilab.algos.frame_advantages import FrameTable, baseline_groups
 from unilab.bench.expert_demos import write_expert_store
 from unilab.cli import main
 from unilab.data.dataset import FrameDataset
@@ -156,6 +157,45 @@ def test_a_round_with_expert_takeovers_trains_on_interventions(
     # the loop's store carries the intervention flags: awr_flow pins those frames at +1
     with EpisodeStore.open(out / "store.zarr", "r") as loop_store:
         assert loop_store.read("is_intervention").sum() > 0
+
+
+def test_repeated_scenes_start_alike_and_are_judged_by_their_own_tries(
+    bc_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "repeats"
+    argv = ["improve", str(bc_run), "--episodes", "4", "--repeats", "2", "--eval-episodes", "2"]
+    assert main([*argv, "--out", str(out), "algo.steps=2", "algo.batch_size=16"]) == 0
+    report = json.loads((out / "improve.json").read_text())
+    (summary,) = report["rounds"]
+    rollouts = summary["rollouts"]
+    assert report["repeats"] == 2
+    assert rollouts["episodes"] == 4 and rollouts["scenes"] == 2 and rollouts["repeats"] == 2
+    assert 0 <= rollouts["mixed_scenes"] <= 2
+    with EpisodeStore.open(rollouts["store"], "r") as st:
+        scenes = [m.tags["scene"] for m in st.all_meta()]
+        assert len(set(scenes)) == 2 and all(scenes.count(s) == 2 for s in scenes)
+        first = {}
+        for i, scene in enumerate(scenes):
+            ep = st.episode(i, ["obs/policy", "action"])
+            if scene in first:  # the second try: the same start, other noise, other actions
+                obs0, act0 = first[scene]
+                np.testing.assert_array_equal(ep["obs/policy"][0], obs0)
+                assert not np.array_equal(ep["action"][:4], act0)
+            else:
+                first[scene] = (ep["obs/policy"][0], ep["action"][:4])
+        (start_a, _), (start_b, _) = first.values()
+        assert not np.array_equal(start_a, start_b)  # two scenes, two starts
+    # in the loop's store the demos keep the task's baseline, each scene's tries their own
+    ds = FrameDataset(out / "store.zarr")
+    table = FrameTable.from_frames(ds)
+    groups = baseline_groups(table.tasks, table.scenes)
+    ds.close()
+    assert groups[:4] == ["task:arm_move_side"] * 4
+    assert len(set(groups[4:])) == 2 and all(g.startswith("scene:") for g in groups[4:])
+    # tries per scene must divide the episodes; refused before anything starts
+    for bad in (["--episodes", "3", "--repeats", "2"], ["--episodes", "4", "--repeats", "0"]):
+        assert main(["improve", str(bc_run), *bad, "--out", str(tmp_path / "no")]) == 2
+    assert not (tmp_path / "no").exists()
 
 
 def test_the_control_trains_on_the_demonstrations_alone(bc_run: Path, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@
 per-episode task and success). `frame_sources` gives each frame its sampling source (one
 of `SOURCES`: its origin, or `expert` for `sim` frames no learned policy produced).
 `compute_advantages` is the advantage of every frame: the episode return
-(`episode_returns`) minus the mean of its task's episodes, blended with GAE over the
+(`episode_returns`) minus the mean of its scene's episodes where the scene was played more
+than once (`baseline_groups`), else of its task's, blended with GAE over the
 policy's own predictions (`gae_advantages`) at the weight `gae_weight_at` gives the
 iteration, clipped, demonstration and intervention frames pinned (not those of a takeover
 that failed the task anyway). The formulas are
@@ -14,6 +15,7 @@ that failed the task anyway). The formulas are
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +54,8 @@ class FrameTable:
     """(E,) episode metadata `success` (None: unknown)."""
     failed_rescue: np.ndarray
     """(E,) bool: a takeover drove the episode and still failed the task."""
+    scenes: list[str | None]
+    """(E,) episode `scene` tag: equal values started from the same scene (None: unknown)."""
     origin: np.ndarray
     """(N,) uint8 origin codes (indices into `ORIGIN_NAMES`)."""
     is_intervention: np.ndarray
@@ -75,12 +79,13 @@ class FrameTable:
             "episode_tasks",
             "episode_outcomes",
             "episode_failed_rescue",
+            "episode_scenes",
             "episode_of",
         )
         if not all(hasattr(frames, n) for n in needed):
             raise TypeError(
                 "awr_flow needs its frames as a FrameDataset (frame_column, episode_tasks, "
-                f"episode_outcomes, episode_failed_rescue, episode_of); got "
+                f"episode_outcomes, episode_failed_rescue, episode_scenes, episode_of); got "
                 f"{type(frames).__name__}"
             )
         tasks = [str(t) for t in frames.episode_tasks]
@@ -94,6 +99,7 @@ class FrameTable:
             tasks=tasks,
             outcomes=list(frames.episode_outcomes),
             failed_rescue=np.asarray(frames.episode_failed_rescue, dtype=bool),
+            scenes=list(frames.episode_scenes),
             origin=np.asarray(col("origin")).astype(np.int64),
             is_intervention=np.asarray(col("is_intervention")).astype(bool),
             policy_version=np.asarray(col("policy_version")).astype(np.int64),
@@ -144,6 +150,22 @@ def episode_returns(table: FrameTable, kind: str) -> np.ndarray:
     return np.array([1.0 if s else 0.0 for s in table.outcomes])
 
 
+def baseline_groups(tasks: Sequence[str], scenes: Sequence[str | None]) -> list[str]:
+    """(E,) the group whose mean return is each episode's baseline: its scene, where at
+    least two episodes of the task started from it (`unilab improve --repeats`), else its
+    task. Against its scene's mean, an episode is judged by what the policy did there, not
+    by how easy the scene was: a policy's successes are mostly its easy scenes (stop 42),
+    and a per-task baseline credits them for that."""
+    if len(tasks) != len(scenes):
+        raise ValueError(f"{len(tasks)} episode tasks but {len(scenes)} episode scenes")
+    keys = [None if s is None else f"scene:{t}/{s}" for t, s in zip(tasks, scenes, strict=True)]
+    counts = Counter(k for k in keys if k is not None)
+    return [
+        key if key is not None and counts[key] > 1 else f"task:{task}"
+        for task, key in zip(tasks, keys, strict=True)
+    ]
+
+
 def gae_advantages(table: FrameTable, values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
     """(N,) GAE over each episode with `values` (N,) as V: reward 1 on the last frame of a
     successful episode (0 elsewhere), V after the end 0 when it terminated or succeeded, else
@@ -171,12 +193,13 @@ def compute_advantages(
     values: np.ndarray | None = None,
     gae_weight: float = 0.0,
 ) -> np.ndarray:
-    """(N,) per-frame advantages (see the module doc): per-task baseline, blended with GAE
-    over `values` at `gae_weight`, clipped, demonstrations and interventions pinned (save a
-    failed takeover's)."""
+    """(N,) per-frame advantages (see the module doc): per-scene or per-task baseline,
+    blended with GAE over `values` at `gae_weight`, clipped, demonstrations and
+    interventions pinned (save a failed takeover's)."""
     returns = episode_returns(table, cfg.episode_return)
+    groups = baseline_groups(table.tasks, table.scenes)
     early = adv.expand_to_frames(
-        adv.episode_baseline_advantages(returns, table.tasks), table.episode_length
+        adv.episode_baseline_advantages(returns, groups), table.episode_length
     )
     mixed = early
     if values is not None and gae_weight > 0:

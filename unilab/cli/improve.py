@@ -47,6 +47,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--takeover-after",
     )
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="R",
+        help="tries per scene: --episodes / R scenes each rolled out R times (same start, other "
+        "noise); advantages are then against the mean of the same scene's tries (default 1)",
+    )
+    p.add_argument(
         "--out",
         help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
     )
@@ -72,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides=overrides,
         takeover_after_s=args.takeover_after,
         takeover_on_error=args.takeover_on_error,
+        repeats=positive(args.repeats, "--repeats"),
     )
     return 0
 

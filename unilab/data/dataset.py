@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import Dataset
 
 from unilab.data.errors import SchemaMismatchError
-from unilab.data.schema import INTERVENED_TAG, TASK_SUCCESS_TAG
+from unilab.data.schema import INTERVENED_TAG, SCENE_TAG, TASK_SUCCESS_TAG
 from unilab.data.store import EpisodeStore
 
 PERTURBED_FIELD = "perturbed"
@@ -142,6 +142,11 @@ class FrameDataset(Dataset[dict[str, torch.Tensor]]):
         """Each episode: a takeover drove it and still failed the task (`PlayRecorder`'s
         `intervened` and `task_success` tags), so its intervention frames are no
         demonstration."""
+        self.episode_scenes: list[str | None] = [
+            None if m.tags.get(SCENE_TAG) is None else str(m.tags[SCENE_TAG]) for m in metas
+        ]
+        """Each episode's start (`scene` tag; None where not recorded): equal values started
+        from the same scene."""
         self._episode_success = np.array([m.success is True for m in metas], bool)
         self._outcome: dict[str, np.ndarray] = (
             self._outcome_targets([m.success for m in metas]) if outcome_targets else {}

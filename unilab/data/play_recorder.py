@@ -12,6 +12,11 @@ With a takeover (`intervention` given), the frames a takeover drove are marked
 (`success` False; the task's own outcome, the rescue, in `tags["task_success"]`, and
 `tags["intervened"]` True): its policy frames led to the takeover, so advantages and
 success heads must not credit them with the expert's rescue.
+
+With `scene` given (a play that records each env's first episode only), every episode is
+tagged `tags["scene"] = "<scene>/env=<slot>"`: plays with the same seed, env count and task
+start each slot from the same scene, so repeated plays give groups of episodes whose
+outcomes differ only by the policy's own randomness (group baselines for advantages).
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from unilab.data.schema import INTERVENED_TAG, TASK_SUCCESS_TAG, FieldSpec, StoreSchema
+from unilab.data.schema import (
+    INTERVENED_TAG,
+    SCENE_TAG,
+    TASK_SUCCESS_TAG,
+    FieldSpec,
+    StoreSchema,
+)
 from unilab.data.store import EpisodeStore
 from unilab.data.writer import EpisodeWriter
 
@@ -37,6 +48,7 @@ class PlayRecorder:
         fps: float,
         meta: dict[str, Any],
         policy_version: int = 0,
+        scene: str | None = None,
     ) -> None:
         self.fields = store_fields(obs_spec)
         """Observation group -> store field."""
@@ -48,6 +60,7 @@ class PlayRecorder:
             self.store, num_envs, origin="sim", default_meta={"fps": fps, **meta}
         )
         self.policy_version = policy_version
+        self.scene = scene
         self.episodes: list[int] = []
         self._intervened = np.zeros(num_envs, dtype=bool)
 
@@ -71,15 +84,17 @@ class PlayRecorder:
         ended = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
         for env in ended:
             task_success = None if success is None else bool(np.asarray(success)[env] > 0.5)
+            meta = self.writer.default_meta
             if self._intervened[env]:
-                base = self.writer.default_meta
-                tags = {**base.tags, INTERVENED_TAG: True, TASK_SUCCESS_TAG: task_success}
-                meta = dataclasses.replace(base, success=False, tags=tags)
+                tags = {**meta.tags, INTERVENED_TAG: True, TASK_SUCCESS_TAG: task_success}
+                meta = dataclasses.replace(meta, success=False, tags=tags)
             elif task_success is not None:
-                meta = dataclasses.replace(self.writer.default_meta, success=task_success)
-            else:
-                continue
-            self.writer.set_meta(int(env), meta)
+                meta = dataclasses.replace(meta, success=task_success)
+            if self.scene is not None:
+                tags = {**meta.tags, SCENE_TAG: f"{self.scene}/env={int(env)}"}
+                meta = dataclasses.replace(meta, tags=tags)
+            if meta is not self.writer.default_meta:
+                self.writer.set_meta(int(env), meta)
         frames: dict[str, Any] = {name: obs[g] for g, name in self.fields.items()}
         frames.update(
             action=actions,

@@ -23,6 +23,10 @@ INTERVENED_TAG = "intervened"
 """Episode tag: a takeover drove some of its frames (its `success` is then the policy's)."""
 TASK_SUCCESS_TAG = "task_success"
 """Episode tag of an intervened episode: the task's own outcome (was it rescued?)."""
+SCENE_TAG = "scene"
+"""Episode tag: where the episode started. Episodes with equal values started from the same
+scene (the first episode of one env slot in one-per-env plays with the same seed, env count
+and task), so their outcomes differ only by what the policy did."""
 
 SEGMENTS: tuple[str, ...] = ("none", "progress", "idle", "failure", "recovery")
 """`segment` codes: index in this tuple is the stored uint8."""

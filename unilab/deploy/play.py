@@ -252,6 +252,8 @@ def play(
             envs,
             fps=1.0 / task.control_dt,
             meta={"task": task_cfg.name, "robot": task.robot.name, "seed": seed},
+            # one first episode per slot: equal (seed, env count, slot) is the same start
+            scene=f"seed={seed},envs={envs}" if one_per_env else None,
         )
     obs = task.reset()
     film.capture(obs)

@@ -35,6 +35,14 @@ The round's training config is the starting run's saved task, sim, runtime, eval
 sections, the network-shaping algo keys (batch size, augmentation, fields, vocabulary), and
 the caller's `key=value` overrides (e.g. `algo.steps=500 algo.beta=0.5`), applied every round.
 
+With `repeats` R (`--repeats R`) each round plays E / R scenes R times each (same starts,
+other noise seeds). awr_flow's advantage of an episode is then its success minus the mean
+of its scene's tries, not of all the task's episodes: a scene the policy always solves or
+always fails adds nothing, and where it sometimes succeeds the successful tries are the
+better actions for that scene (`unilab.algos.frame_advantages.baseline_groups`). Without
+it, a policy's successes are mostly its easy scenes, and copying them did not change how
+well it grasps (stop 42).
+
 `episodes=0` is the control: the same rounds of awr_flow on the demonstrations alone (no
 rollouts), which shows how much of a round's gain is only more training.
 """
@@ -80,6 +88,8 @@ CARRIED_ALGO_KEYS = (
 the rest are awr_flow's defaults unless overridden."""
 ROLLOUT_ENVS = 100
 """Envs of one wave of rollouts (one episode each)."""
+REPEAT_NOISE_STRIDE = 7919
+"""Noise-seed offset between the tries of a scene (a prime: apart from the waves' seeds)."""
 CARRIED_SECTIONS = ("task", "sim", "runtime", "eval", "logging", "data", "run")
 
 
@@ -258,6 +268,7 @@ def record_rollouts(
     seed: int,
     takeover_after_s: float | None = None,
     takeover_on_error: bool = False,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Roll out `run` into `folder/rollouts.zarr` (with expert takeovers after
     `takeover_after_s` seconds when given, and at the policy's mistakes with
@@ -265,7 +276,15 @@ def record_rollouts(
 
     The episodes run in waves of at most `ROLLOUT_ENVS` envs, one episode per env (wave w
     seeded `seed + w`): batched inference, and no bias toward short episodes (counting the
-    first episodes to finish over-represents quick successes)."""
+    first episodes to finish over-represents quick successes). With `repeats` R > 1,
+    `episodes` / R scenes are each played R times: every wave is played R times with the
+    same seed (the same starts) and another noise seed, and the recorder tags each episode
+    with its scene, so awr_flow judges it against the other tries of the same scene."""
+    if repeats < 1 or episodes % repeats:
+        raise ConfigError(
+            f"--repeats={repeats}: needs a whole number of scenes, --episodes ({episodes}) a "
+            "multiple of --repeats >= 1"
+        )
     from unilab.deploy.play import play
     from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
@@ -277,26 +296,36 @@ def record_rollouts(
     rollout_store = folder / "rollouts.zarr"
     played: list[dict[str, Any]] = []
     steps = 0
-    for wave, start in enumerate(range(0, episodes, ROLLOUT_ENVS)):
-        size = min(ROLLOUT_ENVS, episodes - start)
-        result = play(
-            policy,
-            task_cfg,
-            sim_cfg,
-            folder,
-            "rollouts" if wave == 0 else f"rollouts_{wave}",
-            episodes=size,
-            num_envs=size,
-            one_per_env=True,
-            seed=seed + wave,
-            video=False,
-            rerun=False,
-            record=rollout_store,
-            takeover_after_s=takeover_after_s,
-            takeover_on_error=takeover_on_error,
-        )
-        played += result.episodes
-        steps += result.steps
+    scenes = episodes // repeats
+    outcomes: dict[tuple[int, int], list[bool]] = {}
+    """(wave, env slot) -> the policy's own outcome of each try of that scene."""
+    for wave, start in enumerate(range(0, scenes, ROLLOUT_ENVS)):
+        size = min(ROLLOUT_ENVS, scenes - start)
+        for rep in range(repeats):
+            name = "rollouts" if wave == 0 else f"rollouts_{wave}"
+            result = play(
+                policy,
+                task_cfg,
+                sim_cfg,
+                folder,
+                name if rep == 0 else f"{name}_try{rep}",
+                episodes=size,
+                num_envs=size,
+                one_per_env=True,
+                seed=seed + wave,
+                noise_seed=seed + wave + REPEAT_NOISE_STRIDE * rep,
+                video=False,
+                rerun=False,
+                record=rollout_store,
+                takeover_after_s=takeover_after_s,
+                takeover_on_error=takeover_on_error,
+            )
+            played += result.episodes
+            steps += result.steps
+            for e in result.episodes:
+                if e["success"] is not None:
+                    own = bool(e["success"]) and not e["intervened"]
+                    outcomes.setdefault((wave, int(e["env"])), []).append(own)
     added = append_episodes(rollout_store, store)
     rated = [e for e in played if e["success"] is not None]
     own = [bool(e["success"]) and not e["intervened"] for e in rated]
@@ -307,7 +336,12 @@ def record_rollouts(
         "success_rate": float(np.mean(own)) if rated else None,
         "steps": steps,
         "seed": seed,
+        "repeats": repeats,
     }
+    if repeats > 1:
+        # Only a scene with both outcomes among its tries gives non-zero advantages.
+        summary["scenes"] = scenes
+        summary["mixed_scenes"] = sum(len(set(v)) > 1 for v in outcomes.values())
     if takeover_after_s is not None or takeover_on_error:
         taken = [e for e in rated if e["intervened"]]
         summary["takeover"] = {
@@ -324,9 +358,16 @@ def format_rate(value: float | None) -> str:
 
 
 def taken_note(rollouts: dict[str, Any]) -> str:
-    """', N taken over (M rescued)' for rollouts with takeovers, else ''."""
+    """', N taken over (M rescued)' for rollouts with takeovers, ', S scenes x R tries (M
+    with both outcomes)' for repeated scenes; '' for neither."""
     taken = rollouts.get("takeover")
-    return f", {taken['episodes']} taken over ({taken['rescued']} rescued)" if taken else ""
+    note = f", {taken['episodes']} taken over ({taken['rescued']} rescued)" if taken else ""
+    if "scenes" in rollouts:
+        note += (
+            f", {rollouts['scenes']} scenes x {rollouts['repeats']} tries "
+            f"({rollouts['mixed_scenes']} with both outcomes)"
+        )
+    return note
 
 
 def improve(
@@ -341,13 +382,14 @@ def improve(
     overrides: Sequence[str] = (),
     takeover_after_s: float | None = None,
     takeover_on_error: bool = False,
+    repeats: int = 1,
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
     written to `out/improve.json`. `eval_episodes` defaults to `episodes` (20 when that is
     0); rollouts of round k use seed `seed + 1000 k`, evaluation `eval_seed` every round
     (comparable); `takeover_after_s`, `takeover_on_error`: expert takeovers in the rollouts
-    (see the module doc)."""
+    (see the module doc); `repeats`: tries per scene (see `record_rollouts`)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 0:
@@ -356,6 +398,11 @@ def improve(
     if episodes == 0 and (takeover_after_s is not None or takeover_on_error):
         raise ConfigError(
             "--takeover-after / --takeover-on-error need rollouts to take over: --episodes >= 1"
+        )
+    if repeats < 1 or episodes % repeats:
+        raise ConfigError(
+            f"--repeats={repeats}: needs a whole number of scenes, --episodes ({episodes}) a "
+            "multiple of --repeats >= 1"
         )
     eval_episodes = (episodes or 20) if eval_episodes is None else eval_episodes
     if eval_episodes < 1:
@@ -389,6 +436,7 @@ def improve(
         "demos": str(demos),
         "takeover_after_s": takeover_after_s,
         "takeover_on_error": takeover_on_error,
+        "repeats": repeats,
         "baseline": {"run": str(start), "eval": baseline},
         "rounds": [],
     }
@@ -407,6 +455,7 @@ def improve(
                 seed + 1000 * k,
                 takeover_after_s,
                 takeover_on_error,
+                repeats,
             )
         else:  # the control: what the same training does on the demonstrations alone
             rollouts = {"episodes": 0, "recorded_episodes": 0, "success_rate": None}
