@@ -324,8 +324,8 @@ def record_rollouts(
             steps += result.steps
             for e in result.episodes:
                 if e["success"] is not None:
-                    own = bool(e["success"]) and not e["intervened"]
-                    outcomes.setdefault((wave, int(e["env"])), []).append(own)
+                    solved = bool(e["success"]) and not e["intervened"]
+                    outcomes.setdefault((wave, int(e["env"])), []).append(solved)
     added = append_episodes(rollout_store, store)
     rated = [e for e in played if e["success"] is not None]
     own = [bool(e["success"]) and not e["intervened"] for e in rated]
