@@ -14,6 +14,8 @@ Each base (a bc_flow run, one training seed each) goes through every arm, each o
   running after `--takeover-after` seconds, and with `--takeover-on-error` at the policy's
   mistakes (a missed grasp) too (HIL in simulation, ADR 0127);
 - `rollouts`: the policy's own rollouts only (success-weighted, ADR 0123);
+- `scenes`: the policy's own rollouts, each scene tried `--repeats` times and every try
+  judged against its scene's mean (`unilab improve --repeats`, ADR 0123);
 - `demos`: no rollouts (`--episodes 0`), the same awr_flow rounds on the demonstrations
   alone: the control that shows how much of a gain is only more training.
 
@@ -38,7 +40,7 @@ import numpy as np
 
 from unilab.bench.common import machine_info, print_table, write_json
 
-ARMS = ("takeover", "rollouts", "demos")
+ARMS = ("takeover", "rollouts", "scenes", "demos")
 CONTROL = "demos"
 
 
@@ -64,6 +66,8 @@ def loop_row(arm: str, report: dict[str, Any]) -> dict[str, Any]:
         "rollout_episodes": sum(int(r["rollouts"]["episodes"]) for r in rounds),
         "rollout_steps": sum(int(r["rollouts"].get("steps", 0)) for r in rounds),
         "rollout_policy_success": own,
+        "repeats": int(report.get("repeats", 1)),
+        "mixed_scenes": [r["rollouts"].get("mixed_scenes") for r in rounds],
         "taken_over": [t["episodes"] if t else 0 for t in taken],
         "rescued": [t["rescued"] if t else 0 for t in taken],
         "wall_s": float(report.get("wall_s", 0.0)),
@@ -99,7 +103,12 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"takeover": "tab:green", "rollouts": "tab:orange", "demos": "tab:blue"}
+    colours = {
+        "takeover": "tab:green",
+        "rollouts": "tab:orange",
+        "scenes": "tab:red",
+        "demos": "tab:blue",
+    }
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm in dict.fromkeys(r["arm"] for r in rows):
         mine = [r for r in rows if r["arm"] == arm]
@@ -153,6 +162,7 @@ def run_arms(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
                 overrides=args.overrides,
                 takeover_after_s=args.takeover_after if arm == "takeover" else None,
                 takeover_on_error=args.takeover_on_error and arm == "takeover",
+                repeats=args.repeats if arm == "scenes" else 1,
             )
             reports.append((arm, report))
     return reports
@@ -171,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="takeover arm: the expert also takes over at the policy's mistakes",
     )
+    p.add_argument("--repeats", type=int, default=4, help="tries per scene (scenes arm)")
     p.add_argument("--work", help="folder for the loops (kept)")
     p.add_argument(
         "--from",
@@ -202,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [loop_row(arm, report) for arm, report in reports]
     task = Path(rows[0]["start"]).parts[-3] if len(Path(rows[0]["start"]).parts) >= 3 else "?"
     out = Path(args.out or f"bench/results/improve_loop_{task}.json")
-    print_table(rows, ["arm", "start_success", "final_success", "gain", "taken_over"])
+    print_table(
+        rows, ["arm", "start_success", "final_success", "gain", "taken_over", "mixed_scenes"]
+    )
     ratios = summarize(rows)
     for key, value in ratios.items():
         print(f"{key}: {value}")
@@ -223,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                     "eval_episodes",
                     "takeover_after",
                     "takeover_on_error",
+                    "repeats",
                     "overrides",
                 )
             },
