@@ -206,6 +206,19 @@ def test_gae_blend_uses_the_policys_predictions(store: Path) -> None:
     ds.close()
 
 
+def random_sim_frames(rng: np.random.Generator, version: int) -> dict[str, np.ndarray]:
+    """One episode of L random `sim` frames by policy `version`, terminated at its end."""
+    return {
+        "obs/policy": rng.normal(0, 1, (L, 3)).astype(np.float32),
+        "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
+        "reward": np.zeros(L, np.float32),
+        "terminated": np.arange(L) == L - 1,
+        "truncated": np.zeros(L, bool),
+        "origin": np.full(L, SIM, np.uint8),
+        "policy_version": np.full(L, version, np.int64),
+    }
+
+
 def test_a_takeover_that_failed_anyway_is_no_demonstration(tmp_path: Path) -> None:
     # two takeovers recorded as `unilab play --takeover-after` records them (the episode a
     # policy failure, the task's outcome in the tags): one rescued, one that failed anyway
@@ -214,16 +227,7 @@ def test_a_takeover_that_failed_anyway_is_no_demonstration(tmp_path: Path) -> No
     rng = np.random.default_rng(0)
     episodes = []
     for k, rescued in enumerate((True, False, None)):
-        frames = {
-            "obs/policy": rng.normal(0, 1, (L, 3)).astype(np.float32),
-            "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
-            "reward": np.zeros(L, np.float32),
-            "terminated": np.arange(L) == L - 1,
-            "truncated": np.zeros(L, bool),
-            "origin": np.full(L, SIM, np.uint8),
-            "policy_version": np.full(L, 1, np.int64),
-            "is_intervention": np.arange(L) >= 5,
-        }
+        frames = {**random_sim_frames(rng, 1), "is_intervention": np.arange(L) >= 5}
         tags = {} if rescued is None else {"intervened": True, "task_success": rescued}
         meta = {"task": "a", "success": False, "fps": 10.0, "seed": k, "tags": tags}
         episodes.append((frames, meta))
@@ -344,15 +348,7 @@ def test_repeated_scenes_are_judged_against_their_own_tries(tmp_path: Path) -> N
     rng = np.random.default_rng(0)
     episodes = []
     for k, (scene, success, version) in enumerate(rows):
-        frames = {
-            "obs/policy": rng.normal(0, 1, (L, 3)).astype(np.float32),
-            "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
-            "reward": np.zeros(L, np.float32),
-            "terminated": np.arange(L) == L - 1,
-            "truncated": np.zeros(L, bool),
-            "origin": np.full(L, SIM, np.uint8),
-            "policy_version": np.full(L, version, np.int64),
-        }
+        frames = random_sim_frames(rng, version)
         tags = {} if scene is None else {"scene": scene}
         meta = {"task": "a", "success": success, "fps": 10.0, "seed": k, "tags": tags}
         episodes.append((frames, meta))
