@@ -362,7 +362,7 @@ def test_repeated_scenes_are_judged_against_their_own_tries(tmp_path: Path) -> N
     assert groups[5] == groups[6] == groups[7] == "task:a"
     a = compute_advantages(table, awr_config(), None)[::L]  # one value per episode
     task_mean = np.mean([0.0, 1.0, 1.0])  # s3, the untagged rollout, the demo
-    want = [2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, -task_mean, 1 - task_mean, 1.0]
+    want: list[float] = [2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, -task_mean, 1 - task_mean, 1.0]
     np.testing.assert_allclose(a, want, atol=1e-12)
     # the same scene name under another task is another group
     assert baseline_groups(["a", "b"], ["s1", "s1"]) == ["task:a", "task:b"]
