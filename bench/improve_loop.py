@@ -65,6 +65,7 @@ def loop_row(arm: str, report: dict[str, Any]) -> dict[str, Any]:
         "eval_episodes": episodes,
         "rollout_episodes": sum(int(r["rollouts"]["episodes"]) for r in rounds),
         "rollout_steps": sum(int(r["rollouts"].get("steps", 0)) for r in rounds),
+        "rollout_env_steps": sum(int(r["rollouts"].get("env_steps", 0)) for r in rounds),
         "rollout_policy_success": own,
         "repeats": int(report.get("repeats", 1)),
         "mixed_scenes": [r["rollouts"].get("mixed_scenes") for r in rounds],

@@ -172,6 +172,7 @@ def test_repeated_scenes_start_alike_and_are_judged_by_their_own_tries(
     assert rollouts["episodes"] == 4 and rollouts["scenes"] == 2 and rollouts["repeats"] == 2
     assert 0 <= rollouts["mixed_scenes"] <= 2
     with EpisodeStore.open(rollouts["store"], "r") as st:
+        assert rollouts["env_steps"] == st.num_frames  # every played episode is recorded
         scenes = [m.tags["scene"] for m in st.all_meta()]
         assert len(set(scenes)) == 2 and all(scenes.count(s) == 2 for s in scenes)
         first = {}

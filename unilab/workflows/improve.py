@@ -334,7 +334,8 @@ def record_rollouts(
         "recorded_episodes": added,
         "store": str(rollout_store),
         "success_rate": float(np.mean(own)) if rated else None,
-        "steps": steps,
+        "steps": steps,  # batched steps of the plays (all envs step together)
+        "env_steps": int(sum(int(e["length"]) for e in played)),
         "seed": seed,
         "repeats": repeats,
     }
