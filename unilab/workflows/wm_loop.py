@@ -53,15 +53,13 @@ from unilab.utils.atomic import atomic_write_text
 from unilab.workflows.improve import (
     CARRIED_SECTIONS,
     advantage_stats,
-    append_episodes,
     evaluate_run,
     format_rate,
-    record_rollouts,
     round_config,
     saved_config,
     status,
-    store_frames,
 )
+from unilab.workflows.rollout_store import append_episodes, record_rollouts, store_frames
 
 SCHEMA = "unilab.wm_loop/1"
 REAL_STORE = "real.zarr"
