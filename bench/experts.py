@@ -42,7 +42,13 @@ from unilab.tasks.tabletop import TabletopTask
 from unilab.tasks.tabletop_scene import FINGER_PADS
 
 DEFAULT_OUT = "bench/results/experts.json"
-TASKS = ("arm_pick_place", "arm_move_side", "arm_stack", "arm_around_obstacle")
+TASKS = (
+    "arm_pick_place",
+    "arm_move_side",
+    "arm_stack",
+    "arm_around_obstacle",
+    "arm_move_to_goal",
+)
 PATH_POINTS = 50
 TARGETS = {"success": 0.95, "mode_ratio": 1.0}
 

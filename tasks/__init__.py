@@ -4,6 +4,7 @@ package registers every task."""
 from unilab.tasks import arm_around_obstacle as arm_around_obstacle
 from unilab.tasks import arm_lift_cube as arm_lift_cube
 from unilab.tasks import arm_move_side as arm_move_side
+from unilab.tasks import arm_move_to_goal as arm_move_to_goal
 from unilab.tasks import arm_pick_place as arm_pick_place
 from unilab.tasks import arm_reach as arm_reach
 from unilab.tasks import arm_stack as arm_stack

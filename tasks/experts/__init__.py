@@ -19,6 +19,9 @@ from unilab.tasks.experts import (
     move_side as move_side,
 )
 from unilab.tasks.experts import (
+    move_to_goal as move_to_goal,
+)
+from unilab.tasks.experts import (
     pick_place as pick_place,
 )
 from unilab.tasks.experts import (

@@ -12,7 +12,13 @@ from unilab.tasks.experts import EXPERTS, ScriptedExpert, make_expert
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 
-TASKS = ("arm_pick_place", "arm_move_side", "arm_stack", "arm_around_obstacle")
+TASKS = (
+    "arm_pick_place",
+    "arm_move_side",
+    "arm_stack",
+    "arm_around_obstacle",
+    "arm_move_to_goal",
+)
 
 
 def run_episodes(
@@ -175,3 +181,29 @@ def test_the_expert_still_solves_episodes_under_perturbation() -> None:
         success += result.extras["success"][done].tolist()
         expert.reset(done)
     assert hit > 0 and np.mean(success) >= 0.75, success
+
+
+def test_move_to_goal_pushes_stop_on_the_disc_in_every_direction() -> None:
+    """arm_move_to_goal's push has to end within the disc's 4 cm, whichever way the disc
+    lies (away from the robot or to either side): every forced push of 16 episodes
+    succeeds, and the hand never turns past a quarter turn to push."""
+    task = make_task(
+        compose(["task=arm_move_to_goal", "task.cameras=[]"]).task, num_envs=16, seed=4
+    )
+    assert isinstance(task, TabletopTask)
+    task.reset()
+    expert = make_expert(task, seed=4)
+    expert.reset(None, modes=0)  # push
+    to_goal = task.goal_pos[:, :2] - task.cube_pos[:, 0, :2]  # type: ignore[attr-defined]
+    bearing = np.degrees(np.arctan2(to_goal[:, 1], to_goal[:, 0]))
+    assert bearing.min() < -45 and bearing.max() > 45, bearing  # both sides covered
+    finished = np.zeros(16, dtype=bool)
+    success = np.zeros(16, dtype=bool)
+    while not finished.all():
+        action = expert.act()
+        assert (np.abs(task.ee_target_yaw) <= np.pi / 2 + 0.2).all()
+        result = task.step(action)
+        ended = (result.terminated | result.truncated) & ~finished
+        success[ended] = result.extras["success"][ended] > 0
+        finished |= ended
+    assert success.all(), (success, bearing)

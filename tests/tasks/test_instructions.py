@@ -20,10 +20,11 @@ from unilab.tasks.tabletop import TabletopTask
 TABLETOP = [name for name, entry in TASKS.items() if issubclass(entry.task_cls, TabletopTask)]
 
 
-def test_the_family_has_four_tasks() -> None:
+def test_the_family_has_five_tasks() -> None:
     assert sorted(TABLETOP) == [
         "arm_around_obstacle",
         "arm_move_side",
+        "arm_move_to_goal",
         "arm_pick_place",
         "arm_stack",
     ]

@@ -1,4 +1,5 @@
-"""The tabletop family (arm_pick_place, arm_move_side, arm_stack, arm_around_obstacle):
+"""The tabletop family (arm_pick_place, arm_move_side, arm_stack, arm_around_obstacle,
+arm_move_to_goal):
 observation groups match the declared spec (shapes, dtypes, finite values), images and
 instructions are consistent across auto-resets, cameras change no physics, terminations
 and the success metric fire, resume is bit-exact, and bad configs are named."""
@@ -15,7 +16,13 @@ from unilab.tasks.tabletop import TabletopTask
 from unilab.tasks.tabletop_config import PROPRIO_DIM
 from unilab.tasks.tabletop_scene import COLOUR_NAMES
 
-TASKS = ("arm_pick_place", "arm_move_side", "arm_stack", "arm_around_obstacle")
+TASKS = (
+    "arm_pick_place",
+    "arm_move_side",
+    "arm_stack",
+    "arm_around_obstacle",
+    "arm_move_to_goal",
+)
 
 
 def make(name: str, num_envs: int = 3, seed: int = 0, *overrides: str) -> TabletopTask:
