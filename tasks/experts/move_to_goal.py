@@ -9,7 +9,7 @@ import numpy as np
 
 from unilab.tasks.arm_move_to_goal import ArmMoveToGoal
 from unilab.tasks.experts.base import register_expert
-from unilab.tasks.experts.push_carry import PushOrCarryExpert
+from unilab.tasks.experts.push_carry import PUSH, PushOrCarryExpert
 
 CLOSE_ENOUGH = 0.02
 """A push that leaves the cube's centre further than this (m) from the disc's centre is
@@ -49,6 +49,6 @@ class MoveToGoalExpert(PushOrCarryExpert):
         out = super().plan()
         cube = self.task.cube_pos[:, 0, :2]
         off = np.linalg.norm(self.goal_xy - cube, axis=1) > CLOSE_ENOUGH
-        again = (self.mode == 0) & (self.phase == self.P_BACK) & (self.timer >= 8) & off
+        again = (self.mode == PUSH) & (self.phase == self.P_BACK) & (self.timer >= 8) & off
         self.advance(again, to=self.P_ABOVE)
         return out
