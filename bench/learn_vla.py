@@ -15,7 +15,7 @@ as in-simulation success.
    keeps a copy of the EMA policy at every checkpoint with the time since training started.
    `--jobs N` trains N seeds at once, each in its own process with one torch thread (on a
    2-core box, 2 jobs each get one core: the budget then holds on half the machine).
-   Run one bench at a time: each training also keeps a loader thread busy, and two
+   Run one bench at a time: a training process keeps a second thread half busy, and two
    `--jobs 1` benches side by side (stop 44) fell from 146 to 56-59 samples/s each.
 3. Each kept policy is evaluated on `--curve-episodes` fresh episodes (one per env, chunked
    execution, noise seeded) for the curve: the same scenes at every point, so the points
