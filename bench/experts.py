@@ -36,19 +36,14 @@ import numpy as np
 
 from unilab.bench.common import machine_info, print_table, write_json
 from unilab.config import compose
-from unilab.tasks.experts import ScriptedExpert, make_expert
+from unilab.tasks.experts import EXPERTS, ScriptedExpert, make_expert
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 from unilab.tasks.tabletop_scene import FINGER_PADS
 
 DEFAULT_OUT = "bench/results/experts.json"
-TASKS = (
-    "arm_pick_place",
-    "arm_move_side",
-    "arm_stack",
-    "arm_around_obstacle",
-    "arm_move_to_goal",
-)
+TASKS = tuple(EXPERTS.names())
+"""The tabletop family: every task with a scripted expert."""
 PATH_POINTS = 50
 TARGETS = {"success": 0.95, "mode_ratio": 1.0}
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from unilab.tasks.instructions import InstructionTemplates
 from unilab.tasks.registry import register_task
-from unilab.tasks.tabletop import TabletopConfig, TabletopTask
+from unilab.tasks.tabletop_goal import GoalDiscConfig, GoalDiscTask
 from unilab.tasks.tabletop_scene import COLOUR_NAMES, SceneLayout
 
 TEMPLATES = InstructionTemplates(
@@ -27,7 +27,7 @@ TEMPLATES = InstructionTemplates(
 
 
 @dataclass
-class ArmAroundObstacleConfig(TabletopConfig):
+class ArmAroundObstacleConfig(GoalDiscConfig):
     name: str = "arm_around_obstacle"
     num_distractors: int = 1
     """Cubes besides the named one (placed well off to the sides)."""
@@ -39,15 +39,13 @@ class ArmAroundObstacleConfig(TabletopConfig):
     """Range (m) of the goal's x (beyond the wall)."""
     lateral: float = 0.03
     """The cube, the wall and the goal are each shifted sideways by up to +- this (m)."""
-    goal_tolerance: float = 0.04
-    """Success: the cube's centre within this (m) of the goal's centre, resting."""
     wall_offset: float = 0.0
     """The wall's centre is shifted this far (m, + is left) off the cube-goal line. At 0 the
     two ways around it are mirror images; a shift makes the way past its far end longer."""
 
 
 @register_task("arm_around_obstacle", ArmAroundObstacleConfig, default_algo="bc_flow")
-class ArmAroundObstacle(TabletopTask):
+class ArmAroundObstacle(GoalDiscTask):
     """Carry the named cube around a wall onto the goal disc (left or right of the wall)."""
 
     layout: ClassVar[SceneLayout] = SceneLayout(wall=True, goal_marker=True)
@@ -82,26 +80,5 @@ class ArmAroundObstacle(TabletopTask):
         return {"colour": self.cube_colour[ids, 0], "target": self.extra_colour[ids, -1]}
 
     @property
-    def goal_pos(self) -> np.ndarray:
-        return self.mocap_position("goal")
-
-    @property
     def wall_pos(self) -> np.ndarray:
         return self.mocap_position("wall")
-
-    def success(self) -> np.ndarray:
-        cube = self.cube_pos[:, 0]
-        near = np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1) < self.cfg.goal_tolerance
-        return near & (cube[:, 2] < 0.04) & self.settled(0)
-
-    def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.cube_pos[:, 0], self.goal_pos + np.array([0.0, 0.0, 0.025])
-
-    def task_metrics(self) -> dict[str, np.ndarray]:
-        cube = self.cube_pos[:, 0]
-        return {
-            "success": self.success().astype(np.float32),
-            "goal_distance": np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1).astype(
-                np.float32
-            ),
-        }

@@ -13,7 +13,7 @@ import numpy as np
 
 from unilab.tasks.instructions import InstructionTemplates
 from unilab.tasks.registry import register_task
-from unilab.tasks.tabletop import TabletopConfig, TabletopTask
+from unilab.tasks.tabletop_goal import GoalDiscConfig, GoalDiscTask
 from unilab.tasks.tabletop_scene import COLOUR_NAMES, SceneLayout
 
 TEMPLATES = InstructionTemplates(
@@ -27,7 +27,7 @@ TEMPLATES = InstructionTemplates(
 
 
 @dataclass
-class ArmMoveToGoalConfig(TabletopConfig):
+class ArmMoveToGoalConfig(GoalDiscConfig):
     name: str = "arm_move_to_goal"
     num_distractors: int = 2
     """Cubes besides the named one (placed off the cube's way to the goal)."""
@@ -40,12 +40,10 @@ class ArmMoveToGoalConfig(TabletopConfig):
     goal_bearing: float = 1.57
     """The goal's direction from the cube is within +- this (rad) of straight away from the
     robot (+x): 1.57 reaches the sides, never back toward the base."""
-    goal_tolerance: float = 0.04
-    """Success: the cube's centre within this (m) of the goal's centre, resting."""
 
 
 @register_task("arm_move_to_goal", ArmMoveToGoalConfig, default_algo="bc_flow")
-class ArmMoveToGoal(TabletopTask):
+class ArmMoveToGoal(GoalDiscTask):
     """Move the named cube onto the goal disc (slide or carry)."""
 
     layout: ClassVar[SceneLayout] = SceneLayout(goal_marker=True)
@@ -79,24 +77,3 @@ class ArmMoveToGoal(TabletopTask):
 
     def instruction_values(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         return {"colour": self.cube_colour[ids, 0], "target": self.extra_colour[ids, -1]}
-
-    @property
-    def goal_pos(self) -> np.ndarray:
-        return self.mocap_position("goal")
-
-    def success(self) -> np.ndarray:
-        cube = self.cube_pos[:, 0]
-        near = np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1) < self.cfg.goal_tolerance
-        return near & (cube[:, 2] < 0.04) & self.settled(0)
-
-    def object_and_goal(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.cube_pos[:, 0], self.goal_pos + np.array([0.0, 0.0, 0.025])
-
-    def task_metrics(self) -> dict[str, np.ndarray]:
-        cube = self.cube_pos[:, 0]
-        return {
-            "success": self.success().astype(np.float32),
-            "goal_distance": np.linalg.norm(cube[:, :2] - self.goal_pos[:, :2], axis=1).astype(
-                np.float32
-            ),
-        }

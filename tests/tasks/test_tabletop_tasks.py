@@ -1,8 +1,8 @@
-"""The tabletop family (arm_pick_place, arm_move_side, arm_stack, arm_around_obstacle,
-arm_move_to_goal):
-observation groups match the declared spec (shapes, dtypes, finite values), images and
-instructions are consistent across auto-resets, cameras change no physics, terminations
-and the success metric fire, resume is bit-exact, and bad configs are named."""
+"""The tabletop family (every registered TabletopTask; tests/tasks/test_instructions.py
+names them): observation groups match the declared spec (shapes, dtypes, finite values),
+images and instructions are consistent across auto-resets, cameras change no physics,
+terminations and the success metric fire, resume is bit-exact, and bad configs are
+named."""
 
 from __future__ import annotations
 
@@ -11,18 +11,13 @@ import pytest
 
 from unilab.config import compose
 from unilab.tasks.base import INSTRUCTION
+from unilab.tasks.registry import TASKS as REGISTRY
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 from unilab.tasks.tabletop_config import PROPRIO_DIM
 from unilab.tasks.tabletop_scene import COLOUR_NAMES
 
-TASKS = (
-    "arm_pick_place",
-    "arm_move_side",
-    "arm_stack",
-    "arm_around_obstacle",
-    "arm_move_to_goal",
-)
+TASKS = [name for name, entry in REGISTRY.items() if issubclass(entry.task_cls, TabletopTask)]
 
 
 def make(name: str, num_envs: int = 3, seed: int = 0, *overrides: str) -> TabletopTask:
