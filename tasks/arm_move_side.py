@@ -12,6 +12,7 @@ import numpy as np
 from unilab.tasks.instructions import InstructionTemplates
 from unilab.tasks.registry import register_task
 from unilab.tasks.tabletop import TabletopConfig, TabletopTask
+from unilab.tasks.tabletop_geometry import pick_off_path
 from unilab.tasks.tabletop_scene import COLOUR_NAMES, SceneLayout
 
 SIDES = ("left", "right", "far")
@@ -70,14 +71,8 @@ class ArmMoveSide(TabletopTask):
         placed = cube[:, None]
         for c in range(1, self.num_cubes):
             cand = rng.uniform([0.35, -0.3], [0.68, 0.3], (k, 64, 2))
-            rel = cand - cube[:, None]
-            along = np.einsum("ktj,kj->kt", rel, u)
-            across = np.abs(rel[..., 0] * u[:, None, 1] - rel[..., 1] * u[:, None, 0])
-            off_path = (across > 0.1) | (along < -0.08)
-            far = np.linalg.norm(cand[:, :, None] - placed[:, None], axis=-1).min(axis=2) > 0.09
-            ok = off_path & far & ~self._in_side(cand, side[:, None], margin=0.06)
-            pick = np.where(ok.any(axis=1), np.argmax(ok, axis=1), 0)
-            xy = cand[np.arange(k), pick]
+            outside = ~self._in_side(cand, side[:, None], margin=0.06)
+            xy = pick_off_path(cand, cube, u, placed, allowed=outside)
             placed = np.concatenate([placed, xy[:, None]], axis=1)
             self.set_cube_poses(qpos, c, xy, rng.uniform(-np.pi / 4, np.pi / 4, k))
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from unilab.tasks.instructions import InstructionTemplates
 from unilab.tasks.registry import register_task
+from unilab.tasks.tabletop_geometry import pick_off_path
 from unilab.tasks.tabletop_goal import GoalDiscConfig, GoalDiscTask
 from unilab.tasks.tabletop_scene import COLOUR_NAMES, SceneLayout
 
@@ -61,14 +62,7 @@ class ArmMoveToGoal(GoalDiscTask):
         placed = np.stack([cube, self._goal], axis=1)
         for c in range(1, self.num_cubes):
             cand = rng.uniform([0.32, -0.3], [0.7, 0.3], (k, 64, 2))
-            rel = cand - cube[:, None]
-            along = np.einsum("ktj,kj->kt", rel, u)
-            across = np.abs(rel[..., 0] * u[:, None, 1] - rel[..., 1] * u[:, None, 0])
-            off_path = (across > 0.1) | (along < -0.08) | (along > distance[:, None] + 0.08)
-            far = np.linalg.norm(cand[:, :, None] - placed[:, None], axis=-1).min(axis=2) > 0.09
-            ok = off_path & far
-            pick = np.where(ok.any(axis=1), np.argmax(ok, axis=1), 0)
-            xy = cand[np.arange(k), pick]
+            xy = pick_off_path(cand, cube, u, placed, length=distance)
             placed = np.concatenate([placed, xy[:, None]], axis=1)
             self.set_cube_poses(qpos, c, xy, rng.uniform(-np.pi / 4, np.pi / 4, k))
 

@@ -67,3 +67,28 @@ def sample_separated(
     ok = dist >= min_dist
     best = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmax(dist, axis=1))
     return cand[np.arange(k), best]
+
+
+def pick_off_path(
+    cand: np.ndarray,
+    start: np.ndarray,
+    u: np.ndarray,
+    placed: np.ndarray,
+    length: np.ndarray | None = None,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
+    """(k, 2) the first of each row's candidates (k, m, 2) that keeps a distractor out of a
+    cube's way: more than 10 cm beside the path from start (k, 2) along u (k, 2), or 8 cm
+    before it or past its end (`length`, (k,) m; None: no end), more than 9 cm from every
+    point in placed (k, p, 2), and `allowed` (k, m) where given. A row with no such
+    candidate takes its first."""
+    rel = cand - start[:, None]
+    along = np.einsum("ktj,kj->kt", rel, u)
+    across = np.abs(rel[..., 0] * u[:, None, 1] - rel[..., 1] * u[:, None, 0])
+    off_path = (across > 0.1) | (along < -0.08)
+    if length is not None:
+        off_path |= along > length[:, None] + 0.08
+    far = np.linalg.norm(cand[:, :, None] - placed[:, None], axis=-1).min(axis=2) > 0.09
+    ok = off_path & far if allowed is None else off_path & far & allowed
+    pick = np.where(ok.any(axis=1), np.argmax(ok, axis=1), 0)
+    return cand[np.arange(len(cand)), pick]
