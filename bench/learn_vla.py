@@ -15,8 +15,10 @@ as in-simulation success.
    keeps a copy of the EMA policy at every checkpoint with the time since training started.
    `--jobs N` trains N seeds at once, each in its own process with one torch thread (on a
    2-core box, 2 jobs each get one core: the budget then holds on half the machine).
-   Run one bench at a time: a training process keeps a second thread half busy, and two
-   `--jobs 1` benches side by side (stop 44) fell from 146 to 56-59 samples/s each.
+   With `--jobs 1` torch keeps its default threads (both cores). Two such benches side by
+   side oversubscribe the cores: 56-59 samples/s each (stop 44) against 212-215 for
+   `--jobs 2` alone. Two benches can share the box when each runs on one thread
+   (`OMP_NUM_THREADS=1 ... --jobs 1 runtime.learner_threads=1`): 207 samples/s each (stop 45).
 3. Each kept policy is evaluated on `--curve-episodes` fresh episodes (one per env, chunked
    execution, noise seeded) for the curve: the same scenes at every point, so the points
    compare with each other but a small set is not the task's level (16 scenes of

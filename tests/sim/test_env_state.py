@@ -14,7 +14,8 @@ import pytest
 
 from unilab.config import compose
 from unilab.sim import BatchedSim, DomainRandomization, EnvSnapshot
-from unilab.tasks.base import EnvState, Task
+from unilab.tasks.base import Task
+from unilab.tasks.env_state import EnvState
 from unilab.tasks.registry import make_task
 
 TASKS = ("arm_reach", "arm_lift_cube")  # free-space reaching; contact-rich grasping

@@ -59,7 +59,7 @@ from unilab.config.schema import SimConfig, TaskConfig
 from unilab.deploy.live_alerts import AlertMonitor, AlertOptions, alerts_report
 from unilab.deploy.policy_source import LoadedPolicy, baseline_policy
 from unilab.runtime.rollout import SUCCESS_METRIC, StepInfo, rollout
-from unilab.tasks.base import EnvState
+from unilab.tasks.env_state import EnvState
 
 SCHEMA = "unilab.eval/1"
 __all__ = ["SCHEMA", "SUCCESS_METRIC", "EvalSchemaError", "evaluate", "validate_report"]

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from unilab.runtime.rollout import SUCCESS_METRIC, StepInfo
-from unilab.tasks.base import EnvState, Task
+from unilab.tasks.base import Task
+from unilab.tasks.env_state import EnvState
 
 INDEX = "index.json"
 """The recorder's list of written states, beside them: one row per state."""
