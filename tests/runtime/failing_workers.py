@@ -26,6 +26,30 @@ def stalling_worker(ctx: WorkerContext) -> None:
         time.sleep(0.01)
 
 
+def slow_worker(ctx: WorkerContext) -> None:
+    """Steps toward its first chunk for about 3 s, counting each step (progress), then
+    publishes it: slower than a short runtime.wait_timeout_s, but never stalled."""
+    assert ctx.ring is not None and ctx.weights is not None
+    got = None
+    while got is None:  # the policy the chunk is made with
+        ctx.heartbeat()
+        got = ctx.weights.read_if_newer(0, None)
+        time.sleep(0.01)
+    slot = ctx.acquire_slot()
+    views = ctx.ring.views(slot)
+    chunk_len = ctx.ring.chunk_len
+    for t in range(chunk_len):
+        for _ in range(15):
+            ctx.stepped()
+            time.sleep(3.0 / chunk_len / 15)
+        for view in views.values():
+            view[t] = 0
+    ctx.ring.publish(slot, 0, got[0], chunk_len * ctx.ring.n_envs)
+    while not ctx.should_stop():
+        ctx.heartbeat()
+        time.sleep(0.01)
+
+
 def sleeping_worker(ctx: WorkerContext) -> None:
     """Blocks without heartbeats, as a worker stuck in C code would: it cannot notice its
     parent's death by itself; only the kernel's parent-death signal ends it."""

@@ -57,10 +57,25 @@ def test_workers_that_deliver_nothing_are_reported_as_stalled() -> None:
     try:
         runtime.publish(np.zeros(4, np.float32))
         t0 = time.monotonic()
-        with pytest.raises(RuntimeStalled, match=r"no chunk from the workers for 2 s"):
+        with pytest.raises(RuntimeStalled, match=r"no chunk and no env step from the workers"):
             runtime.next_batch()
         assert 1.4 < time.monotonic() - t0 < 30
         assert runtime.supervisor_stats()["deaths"] == 0  # alive all along: not restarted
+    finally:
+        runtime.close()
+
+
+def test_a_slow_worker_that_keeps_stepping_is_waited_for() -> None:
+    # Its chunk takes about twice runtime.wait_timeout_s (a busy box, a long chunk); its
+    # step count moves all the while, so the learner waits instead of calling it stalled.
+    runtime = _runtime("slow_worker", "runtime.wait_timeout_s=1.5").start()
+    try:
+        runtime.publish(np.zeros(4, np.float32))
+        t0 = time.monotonic()
+        batch = runtime.next_batch()
+        assert time.monotonic() - t0 > 2.5
+        assert batch.env_steps == 4 * 2
+        assert batch.staleness == [0]
     finally:
         runtime.close()
 

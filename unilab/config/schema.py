@@ -71,7 +71,8 @@ class RuntimeConfig:
     hang_timeout_s: float = checked(1.0, gt=0)
     """A worker whose heartbeat is older than this is treated as hung and replaced."""
     wait_timeout_s: float = checked(60.0, gt=0)
-    """Longest the learner waits for a chunk before it reports the runtime stalled."""
+    """Longest the learner waits for a chunk while no local worker steps its envs, before it
+    reports the runtime stalled (a worker still stepping toward a slow chunk is waited for)."""
     learner_threads: int = checked(0, ge=0)
     """torch intra-op threads of the learner process; 0: the cores the sim workers leave
     free (offline algorithms, which run no workers: every core)."""

@@ -88,7 +88,7 @@ def run_collect_worker(ctx: WorkerContext, task: TabletopTask, expert: ScriptedE
     while True:
         slot = ctx.acquire_slot()
         views = ctx.ring.views(slot)
-        obs = fill_chunk(task, expert, views, obs, ctx.heartbeat)
+        obs = fill_chunk(task, expert, views, obs, ctx.stepped)
         steps += views["action"].shape[0] * task.num_envs
         ctx.ring.publish(slot, seq=seq, policy_version=0, step_count=steps)
         seq += 1

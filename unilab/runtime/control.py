@@ -1,12 +1,14 @@
-"""Run control in shared memory: a stop flag, the learner's heartbeat, and one heartbeat
-word per worker.
+"""Run control in shared memory: a stop flag, the learner's heartbeat, and per worker a
+heartbeat word and a count of the env steps it has stepped.
 
 Plain words instead of multiprocessing Events or Locks: a worker SIGKILLed while holding a
 multiprocessing lock would leave it held forever; a word in shared memory cannot be held.
 Heartbeats are time.monotonic() values; CLOCK_MONOTONIC is system-wide, so the supervisor
 can compare them with its own clock. The learner beats each time its loop polls the
 supervisor; workers compare that beat with `learner_stall_s` to notice a learner that
-stopped pulling chunks (a stuck update) and say so.
+stopped pulling chunks (a stuck update) and say so. The step counts tell the learner a
+slow worker (still stepping toward its next chunk) from a stalled one (beating, not
+stepping), which a heartbeat alone cannot: workers beat while they wait too.
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ class ControlBlock:
         # word 1: learner heartbeat, word 2: learner_stall_s (float64 in the header line)
         self._learner = segment.array(np.float64, (2,), 8)
         self._beats = segment.array(np.float64, (num_workers,), _HEADER_BYTES)
+        self._steps = segment.array(np.int64, (num_workers,), _HEADER_BYTES + 8 * num_workers)
 
     @classmethod
     def create(cls, owner: SegmentOwner, num_workers: int, *, name: str = "ctl") -> ControlBlock:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-        return cls(owner.create(name, _HEADER_BYTES + 8 * num_workers), num_workers)
+        return cls(owner.create(name, _HEADER_BYTES + 16 * num_workers), num_workers)
 
     @classmethod
     def attach(cls, handle: ControlHandle) -> ControlBlock:
@@ -76,6 +79,15 @@ class ControlBlock:
 
     def beat(self, worker_id: int) -> None:
         self._beats[worker_id] = time.monotonic()
+
+    def stepped(self, worker_id: int) -> None:
+        """A heartbeat that also counts one step of the worker's envs (progress)."""
+        self._beats[worker_id] = time.monotonic()
+        self._steps[worker_id] += 1
+
+    def steps_total(self) -> int:
+        """Steps counted by `stepped`, all workers and their restarts together."""
+        return int(self._steps.sum())
 
     def mark_exiting(self, worker_id: int) -> None:
         self._beats[worker_id] = -time.monotonic()

@@ -180,6 +180,11 @@ class LearnerRuntime:
         remote = getattr(self.source, "supervisor_stats", None)  # e.g. Ray hosts
         return dict(remote()) if callable(remote) else {}
 
+    def _worker_steps(self) -> int:
+        """The local workers' env steps so far; -1 without local workers (a remote source
+        reports no progress: only its chunks reset the stall deadline)."""
+        return self.supervisor.steps_total() if self.supervisor is not None else -1
+
     def _errors(self) -> list[str]:
         return self.supervisor.errors if self.supervisor is not None else []
 
@@ -198,15 +203,23 @@ class LearnerRuntime:
         dropped = 0
         events: list[WorkerEvent] = []
         deadline = time.monotonic() + self.wait_timeout_s
+        progress = self._worker_steps()
         t0 = time.perf_counter()
         while len(taken) < need:
             new_events = self.supervisor.poll() if self.supervisor is not None else []
             events.extend(new_events)
             ready = self.source.get_ready(timeout=_POLL_S)
             if not ready and time.monotonic() > deadline:
+                # Workers still stepping toward their chunks are slow (an oversubscribed
+                # box, a long chunk), not stalled: wait another period.
+                if (now_steps := self._worker_steps()) != progress:
+                    progress = now_steps
+                    deadline = time.monotonic() + self.wait_timeout_s
+                    continue
                 raise RuntimeStalled(
-                    f"no chunk from the workers for {self.wait_timeout_s:.0f} s "
-                    f"(runtime.wait_timeout_s); worker errors: {self._errors()[-1:] or 'none'}"
+                    f"no chunk and no env step from the workers for "
+                    f"{self.wait_timeout_s:.0f} s (runtime.wait_timeout_s); "
+                    f"worker errors: {self._errors()[-1:] or 'none'}"
                 )
             for slot in ready:
                 header = self.source.header(slot)

@@ -123,7 +123,7 @@ def run_sim_worker(
                 task.render_s,
             )
             collect_chunk(
-                task, policy, views, rollout, ctx.heartbeat, n_act=n_act, branching=branching
+                task, policy, views, rollout, ctx.stepped, n_act=n_act, branching=branching
             )
             seq_next = seq + 1
             iteration = offset + version

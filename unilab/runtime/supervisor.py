@@ -414,6 +414,10 @@ class Supervisor:
             and self._control.last_beat(worker_id) > NOT_STARTED
         )
 
+    def steps_total(self) -> int:
+        """Env steps the workers have stepped so far (their progress; 0 before start)."""
+        return self._control.steps_total() if self._control is not None else 0
+
     def stats(self) -> dict[str, int]:
         return dict(self.counts)
 

@@ -97,7 +97,7 @@ def synthetic_worker_main(ctx: WorkerContext) -> None:
                 ctx.worker_id, ctx.generation, seq, t, n_envs, chunk_len
             ).items():
                 views[name][t] = value
-            ctx.heartbeat()
+            ctx.stepped()
             if step_sleep_s:
                 time.sleep(step_sleep_s)
         if fail_here and seq == fail_at_seq:

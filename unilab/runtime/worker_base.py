@@ -80,6 +80,15 @@ class WorkerContext:
     def heartbeat(self) -> None:
         """Tell the supervisor this worker is alive; raises StopRequested if the parent died."""
         self._control.beat(self.worker_id)
+        self._check_parent()
+
+    def stepped(self) -> None:
+        """A heartbeat after one step of the envs: alive *and* making progress (the learner
+        waits on a slow chunk instead of calling the run stalled)."""
+        self._control.stepped(self.worker_id)
+        self._check_parent()
+
+    def _check_parent(self) -> None:
         now = time.monotonic()
         if now >= self._next_parent_check:
             self._next_parent_check = now + _PARENT_CHECK_S
