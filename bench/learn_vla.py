@@ -27,6 +27,10 @@ as in-simulation success.
    beside the zero-action baseline on the same episodes (a cube can end up on its side by
    accident).
 
+`--append --store STORE` adds seeds to an earlier JSON of the same bench (same store, task,
+algo, training settings and evaluation, checked; a seed already there is replaced), so a
+3-seed row can be made one or two 30-minute seeds at a time.
+
 Writes JSON (store, settings, per seed: steps, samples/s, held-out loss, the success curve,
 final success; `ratios`: mean/min final success and its gap over the baseline) and a PNG of
 success against training wall time; by default to
@@ -36,6 +40,7 @@ success against training wall time; by default to
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import sys
@@ -202,6 +207,37 @@ def run_jobs(jobs: list[dict[str, Any]], parallel: int) -> list[dict[str, Any]]:
         return pool.map(train_and_evaluate, jobs, chunksize=1)
 
 
+_PER_SEED = ("run.seed=", "run.out_dir=", "runtime.learner_threads=", "data.store=")
+
+
+def earlier_runs(
+    path: Path, args: argparse.Namespace, store: str, tokens: list[str], evaluation: dict
+) -> dict[str, Any]:
+    """The JSON at `path` that `--append` adds to, after checking it measured the same
+    thing (store, task, algo, training tokens but the seed, evaluation); SystemExit naming
+    the first difference otherwise."""
+    doc = json.loads(path.read_text())
+
+    def shared(items: list[str]) -> list[str]:
+        return [t for t in items if not t.startswith(_PER_SEED)]
+
+    checks = [
+        ("benchmark", doc.get("benchmark"), "learn_vla"),
+        ("task", doc.get("task"), args.task),
+        ("algo", doc.get("algo"), args.algo),
+        ("store", doc.get("store"), store),
+        ("training settings", shared(doc.get("train_tokens", [])), shared(tokens)),
+        ("evaluation", doc.get("evaluation"), evaluation),
+    ]
+    for name, before, now in checks:
+        if before != now:
+            raise SystemExit(
+                f"--append: {path} has another {name} ({before!r}; this run: {now!r}); "
+                "append only runs of the same bench, or write a new --out"
+            )
+    return doc
+
+
 def collect_store(store: Path, task: str, episodes: int, noise: float, overrides: list[str]):
     from unilab.data.collect import collect
 
@@ -240,12 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (processes)")
     parser.add_argument("--eval-seed", type=int, default=12345, help="seed of the eval episodes")
     parser.add_argument("--out", help="JSON output (default bench/results/learn_vla_<task>_<algo>)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add these seeds to the --out JSON of an earlier run of this bench with the same "
+        "--store, task, algo, budget, evaluation and overrides (a seed already there is "
+        "replaced): a 30-minute seed at a time",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.image_size=48")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not seeds or min(args.episodes, args.eval_episodes, args.curve_episodes, args.jobs) < 1:
         parser.error("need seeds, positive episode counts and --jobs >= 1")
     out_path = args.out or str(RESULTS / f"learn_vla_{args.task}_{args.algo}.json")
+    if args.append and not (args.store and Path(out_path).is_file()):
+        parser.error("--append needs --store (the earlier run's store) and an existing --out")
     machine = machine_info()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="learn_vla_"))
@@ -288,12 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                 "eval_seed": args.eval_seed,
             }
         )
-    if parallel > 1:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # the spawned children render
-    runs = run_jobs(jobs, parallel)
     cfg = compose(jobs[-1]["tokens"])
-    finals = [r["final_success"] for r in runs]
-    base = [r["zero_action_success"] for r in runs]
     cfg_doc = {
         "cameras": list(getattr(cfg.task, "cameras", [])),
         "image_size": getattr(cfg.task, "image_size", None),
@@ -310,22 +350,41 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": parallel,
         "torch_threads_per_job": 1 if parallel > 1 else torch.get_num_threads(),
     }
+    evaluation = {
+        "episodes": args.eval_episodes,
+        "curve_episodes": args.curve_episodes,
+        "seed": args.eval_seed,
+        "protocol": "one fresh episode per env, chunked execution, noise from the seed",
+    }
+    earlier = (
+        earlier_runs(Path(out_path), args, str(store), jobs[-1]["tokens"], evaluation)
+        if args.append
+        else None
+    )
+    if parallel > 1:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # the spawned children render
+    runs = run_jobs(jobs, parallel)
+    commands = ["unilab bench learn_vla " + " ".join(argv or sys.argv[1:])]
+    if earlier is not None:
+        runs = sorted(
+            [r for r in earlier["runs"] if r["seed"] not in seeds] + runs, key=lambda r: r["seed"]
+        )
+        collected = earlier["collected"]
+        commands = [*earlier.get("bench_commands", [earlier["bench_command"]]), *commands]
+    finals = [r["final_success"] for r in runs]
+    base = [r["zero_action_success"] for r in runs]
     doc = {
         "benchmark": "learn_vla",
         "task": args.task,
         "algo": args.algo,
-        "bench_command": "unilab bench learn_vla " + " ".join(argv or sys.argv[1:]),
+        "bench_command": commands[-1],
+        "bench_commands": commands,
         "train_tokens": jobs[-1]["tokens"],
         "machine": machine,
         "store": str(store),
         "collected": collected,
         "config": cfg_doc,
-        "evaluation": {
-            "episodes": args.eval_episodes,
-            "curve_episodes": args.curve_episodes,
-            "seed": args.eval_seed,
-            "protocol": "one fresh episode per env, chunked execution, noise from the seed",
-        },
+        "evaluation": evaluation,
         "runs": runs,
         "target": {"success_min": TARGET_SUCCESS},
         "ratios": {

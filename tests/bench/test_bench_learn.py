@@ -76,3 +76,17 @@ def test_learn_vla_collects_trains_and_evaluates_on_a_tiny_budget(tmp_path: Path
         "success_over_zero_action",
     }
     assert out.with_suffix(".png").stat().st_size > 0
+
+    # --append: one more seed on the same store joins the same JSON; other settings are refused
+    more = [*args[:-4], "--seeds", "2", "--store", doc["store"], "--budget-s", "60"]
+    assert learn_vla.main([*more, "--out", str(out), "--append", *tiny]) == 0
+    merged = json.loads(out.read_text())
+    assert [r["seed"] for r in merged["runs"]] == [0, 1, 2]
+    assert merged["runs"][:2] == doc["runs"] and merged["collected"] == doc["collected"]
+    assert len(merged["bench_commands"]) == 2
+    finals = [r["final_success"] for r in merged["runs"]]
+    assert merged["ratios"]["final_success_mean"] == pytest.approx(sum(finals) / 3)
+    other = [*more, "--eval-episodes", "3", "--out", str(out), "--append", *tiny]
+    with pytest.raises(SystemExit, match="another evaluation"):
+        learn_vla.main(other)
+    assert json.loads(out.read_text()) == merged  # nothing written by the refused run
