@@ -364,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     if parallel > 1:
         os.environ.setdefault("MUJOCO_GL", "egl")  # the spawned children render
     runs = run_jobs(jobs, parallel)
+    for run in runs:  # per run: appended seeds may have run with other --jobs
+        run["jobs"] = parallel
+        run["torch_threads"] = cfg_doc["torch_threads_per_job"]
     commands = ["unilab bench learn_vla " + " ".join(argv or sys.argv[1:])]
     if earlier is not None:
         runs = sorted(

@@ -84,6 +84,7 @@ def test_learn_vla_collects_trains_and_evaluates_on_a_tiny_budget(tmp_path: Path
     assert [r["seed"] for r in merged["runs"]] == [0, 1, 2]
     assert merged["runs"][:2] == doc["runs"] and merged["collected"] == doc["collected"]
     assert len(merged["bench_commands"]) == 2
+    assert [r["jobs"] for r in merged["runs"]] == [2, 2, 1]
     finals = [r["final_success"] for r in merged["runs"]]
     assert merged["ratios"]["final_success_mean"] == pytest.approx(sum(finals) / 3)
     other = [*more, "--eval-episodes", "3", "--out", str(out), "--append", *tiny]
