@@ -7,7 +7,7 @@ proprioception, action and state-head target statistics, the value heads' time s
 (`action_loss`: flow matching, or the MSE head's regression and std terms) plus the
 weighted state-head and value-head losses. `predict_policy_values(policy, obs)` is what
 `VLAPolicy.predict_values()` returns; `require_value_heads` gives the value heads or a
-ValueError naming the switch.
+ValueError naming the switch; `value_heads_loss` is the heads' loss on a batch of their own.
 """
 
 from __future__ import annotations
@@ -83,6 +83,17 @@ def policy_loss(
         metrics.update({k: v.detach() for k, v in terms.items()})
         loss = loss + value_weight * sum(terms.values(), torch.zeros((), device=loss.device))
     return loss, metrics
+
+
+def value_heads_loss(
+    policy: VLAPolicy, obs: Mapping[str, torch.Tensor], targets: ValueTargets
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The value heads' summed losses on a batch of their own (no action loss, no condition
+    dropped): for learners whose action batch is not drawn uniformly (`awr_flow`), so the
+    heads still learn outcome frequencies. -> (scalar loss, detached metrics)."""
+    terms = require_value_heads(policy).loss(policy.encode(obs), targets)
+    loss = sum(terms.values(), torch.zeros((), device=policy.device))
+    return loss, {k: v.detach() for k, v in terms.items()}
 
 
 def require_value_heads(policy: VLAPolicy) -> ValueHeads:

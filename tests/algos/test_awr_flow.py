@@ -55,7 +55,11 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("awr") / "mixed.zarr"
+    return write_store(tmp_path_factory.mktemp("awr") / "mixed.zarr")
+
+
+def write_store(path: Path, shows_outcome: bool = True) -> Path:
+    """EPISODES as a store; the observations show each episode's outcome unless told not."""
     rng = np.random.default_rng(0)
     schema = StoreSchema.build(obs={"policy": 3}, action=2)
     episodes = []
@@ -64,7 +68,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         last = np.arange(L) == L - 1
         frames = {
             "obs/policy": np.stack(
-                [phase, np.full(L, float(success)), rng.normal(0, 0.1, L)], axis=1
+                [phase, np.full(L, float(success and shows_outcome)), rng.normal(0, 0.1, L)],
+                axis=1,
             ).astype(np.float32),
             "action": rng.normal(0, 1, (L, 2)).astype(np.float32),
             "reward": (last * (1.0 if success else 0.0)).astype(np.float32),
@@ -369,3 +374,38 @@ def test_repeated_scenes_are_judged_against_their_own_tries(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="2 episode tasks but 1 episode scenes"):
         baseline_groups(["a", "a"], ["s1"])
     ds.close()
+
+
+def test_value_heads_learn_outcome_rates_from_a_uniform_batch_not_the_weighted_one(
+    tmp_path: Path,
+) -> None:
+    """At a small beta the advantage-weighted batch holds nearly only successes. The value
+    heads train on a uniform batch of their own, so where the observations do not show the
+    outcome, P(success) learns the store's success rate, not the weighted batch's."""
+    store = write_store(tmp_path / "blind.zarr", shows_outcome=False)
+    success = np.repeat([float(s) for _, s, *_ in EPISODES], L)
+
+    def trained(value_batch_size: int) -> tuple[AWRFlow, float, float]:
+        cfg = awr_config(beta=0.05, value_weight=1.0, lr=3e-3, warmup_steps=0)
+        cfg.value_batch_size = value_batch_size
+        ds = FrameDataset(store, action_horizon=H, outcome_targets=True)
+        torch.manual_seed(0)
+        learner = AWRFlow(cfg, SHAPES, 2, torch.device("cpu"))
+        items = np.arange(len(ds))
+        learner.prepare_frames(ds, items, seed=0)
+        drawn = np.concatenate([learner.draw_items(items, 16, 0, s) for s in range(50)])
+        for step in range(120):
+            learner.update(ds.batch(learner.draw_items(items, 16, 0, step)))
+        values = learner.predict_frame_values(ds)
+        ds.close()
+        return learner, float(values.mean()), float(success[drawn].mean())
+
+    learner, uniform_mean, drawn_rate = trained(64)
+    assert drawn_rate > 0.9  # what the weighted batch shows the heads
+    batch = learner.value_batch(7)
+    assert batch is not None and batch["advantage"].eq(adv.NULL).all()
+    again = learner.value_batch(7)
+    assert again is not None and torch.equal(batch["frame_index"], again["frame_index"])
+    _, weighted_mean, _ = trained(0)
+    assert abs(uniform_mean - success.mean()) < 0.1  # the store's rate, 0.6
+    assert weighted_mean > 0.85  # trained on the weighted batch: biased toward success

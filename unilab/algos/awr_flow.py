@@ -20,7 +20,9 @@ changes, all made before or around the unchanged gradient step:
    origin), whose source is `human`. Within a source, frame i is drawn with probability
    exp(clip(A_i) / beta) / Z; sources hold `shares` of each batch, moved `iteration` times
    toward `floors` by `share_decay` (`unilab.algos.awr_sampling.AWRSampler`). The batch of
-   step s depends only on (seed, s): resume stays bit-exact.
+   step s depends only on (seed, s): resume stays bit-exact. The value heads learn from a
+   uniform batch of their own (`value_batch_size`): the weighted batch holds too few
+   failures for outcome targets.
 3. **RECAP**: the VLA's `advantage` condition (model.advantage, switched on here) reads a
    binary indicator drawn per batch from each frame's advantage: 1 if A > 0, else 0, masked
    to null with a probability that falls from `recap_null_max` (A <= 0) to `recap_null_min`
@@ -89,6 +91,11 @@ class AWRFlowConfig(BCConfig):
     value_weight: float = checked(0.5, ge=0.0)
     """Weight of the value heads' losses (P(success), progress, time to go); > 0 trains the
     heads the next round's GAE reads (needs every episode's success metadata)."""
+    value_batch_size: int = checked(64, ge=0)
+    """Frames per step drawn uniformly over the training frames for the value heads' loss.
+    Their targets are outcome frequencies, which the advantage-weighted batch distorts (at
+    a small beta it holds nearly only successes, and P(success) learns 1 everywhere).
+    0: the heads learn from the weighted batch."""
     beta: float = checked(1.0, gt=0.0)
     """AWR temperature: within a source, frames are drawn in proportion to exp(A / beta)."""
     clip: float = checked(2.0, gt=0.0)
@@ -217,6 +224,9 @@ class AWRFlow(BehaviorCloning):
         self.stats: dict[str, float] = {}
         """Advantage and share statistics, added to every update's metrics."""
         self._seed = 0
+        self._frames: Any = None
+        self._value_items = np.zeros(0, dtype=np.int64)
+        """Training items the value heads' uniform batches come from (`value_batch`)."""
 
     # -- init -----------------------------------------------------------------------------
     def _load_init(self, init: Path) -> None:
@@ -295,6 +305,7 @@ class AWRFlow(BehaviorCloning):
             self.frame_advantages = compute_advantages(table, cfg, values, weight)
             self.gae_weight = weight
         self.sampler = self.build_sampler(np.asarray(train_items, dtype=np.int64))
+        self._frames, self._value_items = frames, np.asarray(train_items, dtype=np.int64)
         a = self.frame_advantages
         self.stats = {
             "adv_mean": float(a.mean()),
@@ -374,10 +385,25 @@ class AWRFlow(BehaviorCloning):
             full_advantage=cfg.recap_full_advantage,
         )
 
+    def value_batch(self, step: int) -> dict[str, torch.Tensor] | None:
+        """The value heads' batch of step `step`: `value_batch_size` training frames drawn
+        uniformly (a function of (seed, step)), with the null indicator; None without
+        value heads, with `value_batch_size` 0, or before `prepare_frames`."""
+        size = self.cfg.value_batch_size
+        if self.cfg.value_weight <= 0 or size <= 0 or self._value_items.size == 0:
+            return None
+        rng = np.random.default_rng([self._seed, int(step), 0x7A1])
+        items = np.sort(rng.choice(self._value_items, size=size))
+        batch = {k: v.to(self.device) for k, v in self._frames.batch(items).items()}
+        batch[ADVANTAGE_FIELD] = torch.full(
+            (size,), adv.NULL, dtype=torch.int64, device=self.device
+        )
+        return batch
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         indicator = self.recap_indicator(self.batch_advantages(batch), self.step)
         batch = {**batch, ADVANTAGE_FIELD: torch.from_numpy(indicator).to(self.device)}
-        out = super().update(batch)
+        out = super().update(batch, self.value_batch(self.step))
         out.update(self.stats)
         return out
 

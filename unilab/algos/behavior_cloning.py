@@ -36,6 +36,7 @@ from unilab.config.schema import AlgoConfig
 from unilab.policies.vla.augment import AugmentConfig, augment_images, vector_noise
 from unilab.policies.vla.config import VLAConfig, VLAInputs, inputs_from_shapes
 from unilab.policies.vla.policy import VLAPolicy
+from unilab.policies.vla.training_loss import value_heads_loss
 from unilab.policies.vla.value_heads import (
     TARGET_NAMES,
     TARGET_PREFIX,
@@ -351,8 +352,11 @@ class BehaviorCloning(Algorithm):
         low = cfg.lr * cfg.lr_min_ratio
         return low + 0.5 * (cfg.lr - low) * (1.0 + math.cos(math.pi * frac))
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One gradient step on a batch of frames with action chunks; -> metrics."""
+    def update(
+        self, batch: dict[str, torch.Tensor], value_batch: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, float]:
+        """One gradient step on a batch of frames with action chunks; -> metrics. With
+        `value_batch`, the value heads learn from those frames instead of `batch`'s."""
         self.policy.train()
         actions, is_pad = self._chunks(batch)
         obs = self.observations(batch, augment=True)
@@ -363,9 +367,15 @@ class BehaviorCloning(Algorithm):
             self.generator,
             state=self._state(batch),
             state_weight=self.cfg.state_weight,
-            value_targets=self._value_targets(batch),
+            value_targets=self._value_targets(batch) if value_batch is None else None,
             value_weight=self.cfg.value_weight,
         )
+        targets = None if value_batch is None else self._value_targets(value_batch)
+        if targets is not None:
+            value_obs = self.observations(value_batch, augment=True)  # type: ignore[arg-type]
+            value_loss, value_metrics = value_heads_loss(self.policy, value_obs, targets)
+            loss = loss + self.cfg.value_weight * value_loss
+            metrics = {**metrics, **value_metrics}
         lr = self.learning_rate(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
