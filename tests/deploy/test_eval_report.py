@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from unilab.cli import main
 from unilab.deploy.evaluate import SCHEMA, EvalSchemaError, evaluate, validate_report
 from unilab.deploy.policy_source import load_policy
 from unilab.deploy.sim_task import configs_for_policy
+from unilab.utils.checkpoint import load_checkpoint, save_checkpoint
 
 
 def _eval(target: Path, kind: str, seeds: list[int], episodes: int = 8) -> dict[str, Any]:
@@ -99,3 +101,25 @@ def test_eval_bad_input_is_one_message(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["eval", str(tmp_path / "nowhere")]) == 2
     assert "no run directory or policy file" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "--seeds", "a,b"]) == 2
+
+
+def test_an_earlier_checkpoint_of_a_run_loads_and_evaluates(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (latest_file,) = sorted((run / "checkpoints").glob("*.pt"))
+    state = load_checkpoint(latest_file)
+    state["iteration"] = 10  # an earlier checkpoint, as training keeps them
+    earlier_file = save_checkpoint(run / "checkpoints", 10, state, keep=0)
+    earlier, latest = load_policy(earlier_file), load_policy(run)
+    assert earlier.source == str(earlier_file) and latest.source == str(latest_file)
+    assert earlier.metadata.checkpoint["iteration"] == 10
+    assert latest.metadata.checkpoint["iteration"] > 10  # a run directory: the newest
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(earlier_file), "--episodes", "2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["num_episodes"] == 2
+    stray = tmp_path / "weights.pt"
+    stray.write_bytes(latest_file.read_bytes())
+    assert main(["eval", str(stray)]) == 2
+    assert "checkpoints/*.pt" in capsys.readouterr().err

@@ -36,12 +36,16 @@ class LoadedPolicy:
 
 
 def load_policy(target: Path) -> LoadedPolicy:
-    """A run directory, its export directory, or an `.onnx` file."""
+    """A run directory, one of its checkpoints (`RUN/checkpoints/*.pt`), its export
+    directory, or an `.onnx` file."""
     target = Path(target)
     if target.is_file():
+        if target.suffix == ".pt" and target.parent.name == "checkpoints":
+            return _checkpoint(target.parent.parent, target)
         if target.suffix != ".onnx":
             raise PolicyLoadError(
-                f"{target} is not an .onnx file; pass a run directory or an exported policy.onnx"
+                f"{target} is not an .onnx file nor a run's checkpoints/*.pt; pass a run "
+                "directory, one of its checkpoints or an exported policy.onnx"
             )
         return _onnx(target)
     if not target.is_dir():
@@ -93,12 +97,12 @@ def check_fits(loaded: LoadedPolicy, task: Any) -> None:
         )
 
 
-def _checkpoint(run_dir: Path) -> LoadedPolicy:
+def _checkpoint(run_dir: Path, checkpoint: Path | None = None) -> LoadedPolicy:
     from unilab.export.run_policy import RunDirError, load_run_policy
     from unilab.runtime.torch_policy import NumpyPolicy
 
     try:
-        run = load_run_policy(run_dir)
+        run = load_run_policy(run_dir, checkpoint)
     except RunDirError as exc:
         raise PolicyLoadError(str(exc)) from None
     return LoadedPolicy(NumpyPolicy(run.actor), run.metadata, str(run.checkpoint))

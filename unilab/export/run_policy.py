@@ -19,7 +19,7 @@ from unilab.config.schema import Config
 from unilab.export.metadata import PolicyMetadata
 from unilab.runtime.torch_policy import PolicyModule
 from unilab.tasks.base import Task
-from unilab.utils.checkpoint import CheckpointError, load_latest_good
+from unilab.utils.checkpoint import CheckpointError, load_checkpoint, load_latest_good
 
 
 class RunDirError(ValueError):
@@ -39,16 +39,21 @@ class RunPolicy:
     """The task's instruction words (id = index), for policies that read instructions."""
 
 
-def load_run_policy(run_dir: Path) -> RunPolicy:
+def load_run_policy(run_dir: Path, checkpoint: Path | None = None) -> RunPolicy:
+    """The policy of a run's newest good checkpoint, or of `checkpoint` (one of its files,
+    e.g. an earlier one whose held-out loss was lowest)."""
     from unilab.algos.build import build_policy
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDirError(f"run directory not found: {run_dir}")
     try:
-        path, state, skipped = load_latest_good(run_dir / "checkpoints", map_location="cpu")
+        if checkpoint is None:
+            path, state, skipped = load_latest_good(run_dir / "checkpoints", map_location="cpu")
+        else:
+            path, state, skipped = Path(checkpoint), load_checkpoint(Path(checkpoint)), []
     except CheckpointError as exc:
-        raise RunDirError(f"{run_dir} has no usable checkpoint: {exc}") from None
+        raise RunDirError(f"{checkpoint or run_dir} has no usable checkpoint: {exc}") from None
     cfg = config_from_yaml(str(state["config"]))
     task = make_probe_task(cfg)
     try:
