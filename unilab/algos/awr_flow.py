@@ -225,7 +225,7 @@ class AWRFlow(BehaviorCloning):
         """Advantage and share statistics, added to every update's metrics."""
         self._seed = 0
         self._frames: Any = None
-        self._value_items = np.zeros(0, dtype=np.int64)
+        self._value_items: np.ndarray = np.zeros(0, dtype=np.int64)
         """Training items the value heads' uniform batches come from (`value_batch`)."""
 
     # -- init -----------------------------------------------------------------------------
@@ -400,10 +400,16 @@ class AWRFlow(BehaviorCloning):
         )
         return batch
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def update(
+        self, batch: dict[str, torch.Tensor], value_batch: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, float]:
+        """bc_flow's step with the batch's RECAP indicator; the value heads learn from
+        `value_batch`, by default this step's uniform `value_batch(step)`."""
         indicator = self.recap_indicator(self.batch_advantages(batch), self.step)
         batch = {**batch, ADVANTAGE_FIELD: torch.from_numpy(indicator).to(self.device)}
-        out = super().update(batch, self.value_batch(self.step))
+        if value_batch is None:
+            value_batch = self.value_batch(self.step)
+        out = super().update(batch, value_batch)
         out.update(self.stats)
         return out
 

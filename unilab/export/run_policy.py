@@ -60,12 +60,12 @@ def load_run_policy(run_dir: Path, checkpoint: Path | None = None) -> RunPolicy:
         actor = build_policy(cfg.algo, task, weights=state["algo"]["actor"])
     except ValueError as exc:
         raise RunDirError(f"{path}: {exc}") from None
-    checkpoint = {
+    saved = {
         "file": path.name,
         "iteration": int(state["iteration"]),
         "env_steps": int(state["env_steps"]),
     }
-    meta = policy_metadata(task, cfg, checkpoint, actor)
+    meta = policy_metadata(task, cfg, saved, actor)
     return RunPolicy(actor, cfg, meta, path, skipped, tuple(task.vocabulary))
 
 
