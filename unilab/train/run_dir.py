@@ -54,11 +54,15 @@ def open_run_dir(cfg: Config) -> RunDir:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"{stamp}-{cfg.run.tag}" if cfg.run.tag else stamp
         base = Path(cfg.run.out_dir) / cfg.task.name / cfg.algo.name
-        path = base / name
-        n = 1
-        while path.exists():  # two runs started in the same second
-            path = base / f"{name}.{n}"
-            n += 1
+        base.mkdir(parents=True, exist_ok=True)
+        n = 0
+        while True:  # runs started in the same second get name, name.1, name.2, ...
+            path = base / (f"{name}.{n}" if n else name)
+            try:
+                path.mkdir()  # atomic: two processes never both claim one name
+                break
+            except FileExistsError:
+                n += 1
         run = RunDir(path).make()
     return run
 
