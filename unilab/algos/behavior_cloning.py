@@ -371,8 +371,8 @@ class BehaviorCloning(Algorithm):
             value_weight=self.cfg.value_weight,
         )
         targets = None if value_batch is None else self._value_targets(value_batch)
-        if targets is not None:
-            value_obs = self.observations(value_batch, augment=True)  # type: ignore[arg-type]
+        if value_batch is not None and targets is not None:
+            value_obs = self.observations(value_batch, augment=True)
             value_loss, value_metrics = value_heads_loss(self.policy, value_obs, targets)
             loss = loss + self.cfg.value_weight * value_loss
             metrics = {**metrics, **value_metrics}
