@@ -197,6 +197,9 @@ class Task(abc.ABC):
         # The current and previous actions, (n, action_dim), for action-rate terms.
         self.actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
         self.prev_actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        self.executed_actions: np.ndarray = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        """The actions the last step executed (clipped), kept when an episode ends there:
+        `actions` is zeroed for the envs a step resets (their next `previous_action`)."""
         self.reward_weights = self._resolve_reward_weights(cfg.reward_weights)
         self._reward_fns = {name: getattr(self, f"reward_{name}") for name in self.reward_weights}
         self.episode_seeder: EpisodeSeeder | None = None
@@ -343,7 +346,8 @@ class Task(abc.ABC):
             )
         lim = self.action_clip
         actions = np.clip(np.nan_to_num(actions, nan=0.0, posinf=lim, neginf=-lim), -lim, lim)
-        self.prev_actions, self.actions = self.actions, actions
+        self.prev_actions, self.actions = self.actions, actions.copy()
+        self.executed_actions = actions
         status = self.sim.step(self.action_to_ctrl(actions))
         self.episode_step += 1
 

@@ -27,6 +27,11 @@ from unilab.tasks.experts import (
 from unilab.tasks.experts import (
     stack as stack,
 )
-from unilab.tasks.experts.base import EXPERTS, ScriptedExpert, make_expert
+from unilab.tasks.experts.base import (
+    EXPERTS,
+    ScriptedExpert,
+    make_expert,
+    mode_probs_from_shares,
+)
 
-__all__ = ["EXPERTS", "ScriptedExpert", "make_expert"]
+__all__ = ["EXPERTS", "ScriptedExpert", "make_expert", "mode_probs_from_shares"]

@@ -15,7 +15,7 @@ each episode's own generator (`episode_rng(seed, EXPERT_STREAM)`), so with the t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 import numpy as np
@@ -44,13 +44,40 @@ def register_expert(task_name: str) -> Callable[[ExpertT], ExpertT]:
     return decorator
 
 
-def make_expert(task: TabletopTask, seed: int = 0, action_noise: float = 0.0) -> ScriptedExpert:
+def make_expert(
+    task: TabletopTask,
+    seed: int = 0,
+    action_noise: float = 0.0,
+    mode_probs: Sequence[float] | None = None,
+) -> ScriptedExpert:
     """The scripted expert of task's registered name, its mode draws seeded by seed;
-    `action_noise` > 0 perturbs the actions it executes (see `ScriptedExpert.perturb`)."""
+    `action_noise` > 0 perturbs the actions it executes (see `ScriptedExpert.perturb`);
+    `mode_probs` (one per mode name, summing to 1) replaces the uniform draw of modes."""
     cls = EXPERTS.get(task.cfg.name)
     expert = cls(task, seed)
     expert.set_action_noise(action_noise)
+    if mode_probs is not None:
+        expert.set_mode_probs(mode_probs)
     return expert
+
+
+def mode_probs_from_shares(mode_names: Sequence[str], shares: Mapping[str, float]) -> list[float]:
+    """Per-mode probabilities (in `mode_names` order) from {mode name: share}: shares are
+    normalised, a mode not named gets 0. Raises ValueError naming the valid modes."""
+    unknown = sorted(set(shares) - set(mode_names))
+    if unknown:
+        raise ValueError(
+            f"mode shares name {', '.join(map(repr, unknown))}, not modes of this expert; "
+            f"its modes: {', '.join(mode_names)}"
+        )
+    values = [float(shares.get(name, 0.0)) for name in mode_names]
+    if any(not np.isfinite(v) or v < 0.0 for v in values) or sum(values) <= 0.0:
+        raise ValueError(
+            f"mode shares must be finite, >= 0 and not all 0, got {dict(shares)} "
+            f"(e.g. {mode_names[0]}:0.7,{mode_names[-1]}:0.3)"
+        )
+    total = sum(values)
+    return [v / total for v in values]
 
 
 def grasp_yaw(cube_yaw: np.ndarray, turn: np.ndarray) -> np.ndarray:
@@ -95,6 +122,8 @@ class ScriptedExpert:
         self._noise_rngs = [np.random.default_rng([seed, env]) for env in range(n)]
         self._burst_left = np.zeros(n, dtype=np.int64)
         self._burst_dir = np.zeros((n, task.action_dim - 1))
+        self.mode_probs: np.ndarray | None = None
+        """Probability of each mode per episode (None: uniform)."""
         self.reset()
 
     @property
@@ -128,8 +157,10 @@ class ScriptedExpert:
             finally:
                 self.rng = shared
             return
-        if modes is None:
+        if modes is None and self.mode_probs is None:
             self.mode[ids] = self.rng.integers(0, self.num_modes, ids.size)
+        elif modes is None:
+            self.mode[ids] = self.rng.choice(self.num_modes, size=ids.size, p=self.mode_probs)
         else:
             chosen = np.broadcast_to(np.asarray(modes, dtype=np.int64), ids.shape)
             if ((chosen < 0) | (chosen >= self.num_modes)).any():
@@ -164,6 +195,19 @@ class ScriptedExpert:
         mistake this expert can see (a takeover's trigger, `unilab.runtime.takeover`). The
         base sees none; call it once per step."""
         return np.zeros(self.num_envs, dtype=bool)
+
+    def set_mode_probs(self, probs: Sequence[float]) -> None:
+        """Draw each new episode's mode with these probabilities (one per mode name); the
+        episodes already running keep theirs."""
+        p = np.asarray(probs, dtype=np.float64)
+        if p.shape != (self.num_modes,) or not np.isfinite(p).all() or (p < 0).any():
+            raise ValueError(
+                f"mode_probs: expected {self.num_modes} probabilities >= 0 (for "
+                f"{', '.join(self.mode_names)}), got {list(probs)}"
+            )
+        if abs(p.sum() - 1.0) > 1e-6:
+            raise ValueError(f"mode_probs must sum to 1, got {p.sum():.6g} ({list(probs)})")
+        self.mode_probs = p
 
     def set_action_noise(self, std: float) -> None:
         if not (np.isfinite(std) and std >= 0.0):

@@ -13,7 +13,8 @@ import pytest
 from unilab.config import compose
 from unilab.config.errors import ConfigError
 from unilab.data import EpisodeStore, SchemaMismatchError, validate
-from unilab.data.collect import MODE_FIELD, collect, replay_episode
+from unilab.data.collect import MODE_FIELD, collect
+from unilab.data.replay import replay_episode
 from unilab.tasks.experts import EXPERTS
 from unilab.tasks.instructions import Vocabulary
 
@@ -166,6 +167,28 @@ def test_perturbed_collection_records_clean_actions_and_replays(tmp_path: Path) 
         collect(store, cfg, episodes=4, workers=1, envs_per_worker=1, quiet=True)
     with pytest.raises(ConfigError, match="action_noise"):
         collect(tmp_path / "bad.zarr", cfg, episodes=1, action_noise=-0.1, quiet=True)
+
+
+def test_mode_shares_reach_the_workers_and_the_episode_tags(tmp_path: Path) -> None:
+    """mode_shares=carry:1 makes every episode a carry, tags the probabilities, and the
+    episode replays from its seed with them; a mode the expert lacks is refused by name."""
+    store = tmp_path / "carry.zarr"
+    cfg = compose(["task=arm_move_side", "task.cameras=[]"]).task
+    result = collect(
+        store, cfg, episodes=3, workers=1, envs_per_worker=3, mode_shares={"carry": 1.0},
+        quiet=True,
+    )  # fmt: skip
+    assert result.kept == 3
+    with EpisodeStore.open(store, "r") as st:
+        metas = st.all_meta()
+        frames = st.episode(0)
+    assert [m.tags["mode_name"] for m in metas] == ["carry"] * 3
+    assert metas[0].tags["mode_probs"] == [0.0, 1.0]
+    again = replay_episode(cfg, int(metas[0].seed or 0), mode_probs=metas[0].tags["mode_probs"])
+    np.testing.assert_array_equal(again["action"], frames["action"])
+    with pytest.raises(ConfigError, match="its modes: push, carry"):
+        collect(tmp_path / "bad.zarr", cfg, episodes=1, mode_shares={"lift": 1.0}, quiet=True)
+    assert not (tmp_path / "bad.zarr").exists()
 
 
 def test_throughput_covers_the_whole_run_when_it_ends_before_every_worker_delivered() -> None:

@@ -47,6 +47,12 @@ def test_one_episode_per_env_records_exactly_the_first_episodes(tmp_path: Path) 
     assert len(lengths) == 6 and result.num_envs == 6
     with EpisodeStore.open(store_path) as store:
         assert sorted(int(n) for n in store.lengths) == sorted(lengths)
+        # An episode's last frame keeps the action its step executed, not the zeros the
+        # reset leaves for the next episode's `previous_action`: the expert commands its
+        # gripper open or closed (+-1) at every step, the last one included.
+        for k in range(len(store)):
+            gripper = store.episode(k)["action"][:, -1]
+            assert (np.abs(gripper) == 1.0).all(), gripper[-3:]
     for envs in (3, 8):  # too few envs, or more (which would count the quickest episodes)
         try:
             play(ExpertSource(), cfg.task, cfg.sim, tmp_path, "q", episodes=6, num_envs=envs,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from unilab.config import compose
-from unilab.tasks.experts import EXPERTS, ScriptedExpert, make_expert
+from unilab.tasks.experts import EXPERTS, ScriptedExpert, make_expert, mode_probs_from_shares
 from unilab.tasks.registry import make_task
 from unilab.tasks.tabletop import TabletopTask
 
@@ -82,6 +82,35 @@ def test_reset_redraws_modes_only_for_the_given_envs() -> None:
     actions = expert.act()
     assert actions.shape == (32, task.action_dim) and actions.dtype == np.float32
     assert np.abs(actions).max() <= 1.0
+
+
+def test_mode_shares_set_how_often_each_strategy_is_drawn() -> None:
+    """Demonstrations where one way dominates: with push:0.8,carry:0.2 the seeded per-episode
+    draws come out about 80/20 (uniform without shares), the same for the same seeds."""
+    task = make_task(compose(["task=arm_move_side", "task.cameras=[]"]).task, num_envs=8, seed=0)
+    task.reset()
+    seeds = np.arange(1000, 1400)
+    probs = mode_probs_from_shares(EXPERTS.get("arm_move_side").mode_names, {"push": 4, "carry": 1})
+    assert probs == pytest.approx([0.8, 0.2])
+
+    def draws(mode_probs: list[float] | None) -> np.ndarray:
+        expert = make_expert(task, seed=0, mode_probs=mode_probs)
+        out = []
+        for start in range(0, len(seeds), 8):
+            expert.reset(None, seeds=seeds[start : start + 8])
+            out.append(expert.mode.copy())
+        return np.concatenate(out)
+
+    skewed, uniform = draws(probs), draws(None)
+    assert 0.74 < (skewed == 0).mean() < 0.86, (skewed == 0).mean()
+    assert 0.42 < (uniform == 0).mean() < 0.58, (uniform == 0).mean()
+    np.testing.assert_array_equal(draws(probs), skewed)  # seeded: the same episodes again
+    with pytest.raises(ValueError, match="its modes: push, carry"):
+        mode_probs_from_shares(("push", "carry"), {"slide": 1.0})
+    with pytest.raises(ValueError, match="not all 0"):
+        mode_probs_from_shares(("push", "carry"), {"push": 0.0})
+    with pytest.raises(ValueError, match="sum to 1"):
+        make_expert(task, mode_probs=[0.5, 0.6])
 
 
 @pytest.mark.slow

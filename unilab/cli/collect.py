@@ -2,7 +2,7 @@
 
     unilab collect task=arm_pick_place episodes=200 store=demos.zarr [expert=scripted]
                    [workers=2] [envs=16] [seed=0] [keep_failed=false] [action_noise=0]
-                   [task.* sim.* overrides]
+                   [mode_shares=push:0.7,carry:0.3] [task.* sim.* overrides]
 
 `episodes` is how many episodes of the task the store should hold: the same command after
 an interruption (or on a store holding other tasks) collects only the rest.
@@ -28,6 +28,7 @@ OWN_KEYS = {
     "keep_failed": bool,
     "chunk_len": int,
     "action_noise": float,
+    "mode_shares": dict,
 }
 """The verb's own key=value settings (everything else is a config override)."""
 CONFIG_KEYS = ("task", "task.", "sim.", "runtime.max_ring_mb")
@@ -50,7 +51,25 @@ def _value(key: str, text: str) -> object:
             return float(text)
         except ValueError:
             raise ConfigError(f"{key}={text!r} must be a number") from None
+    if kind is dict:
+        return _shares(key, text)
     return text
+
+
+def _shares(key: str, text: str) -> dict[str, float]:
+    """{mode: share} from "push:0.7,carry:0.3"."""
+    shares: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, share = part.partition(":")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            shares[name.strip()] = float(share)
+        except ValueError:
+            raise ConfigError(
+                f"{key}={text!r} must be mode:share pairs, e.g. {key}=push:0.7,carry:0.3"
+            ) from None
+    return shares
 
 
 def split_settings(items: list[str]) -> tuple[dict[str, object], list[str]]:
@@ -107,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
             seed=int(own.get("seed", 0)),  # type: ignore[call-overload]
             keep_failed=bool(own.get("keep_failed", False)),
             action_noise=float(own.get("action_noise", 0.0)),  # type: ignore[arg-type]
+            mode_shares=own.get("mode_shares"),  # type: ignore[arg-type]
             max_ring_mb=cfg.runtime.max_ring_mb,
             quiet=args.quiet,
         )
@@ -146,7 +166,8 @@ VERBS = [
         "task=NAME, episodes=N, store=PATH, expert=scripted, workers=N (default: the usable "
         "cores), envs=N per worker (16), seed=S (first seed of a new store), keep_failed, "
         "chunk_len, action_noise=STD (execute the expert's actions plus Gaussian noise, "
-        "record the clean ones: demonstrations with recoveries, DART), and task.*, sim.*, "
+        "record the clean ones: demonstrations with recoveries, DART), mode_shares=MODE:SHARE,... "
+        "(how often the expert draws each strategy; default uniform), and task.*, sim.*, "
         "runtime.max_ring_mb config overrides.",
         order=20,
     )

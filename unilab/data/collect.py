@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -227,6 +227,7 @@ def collect(
     notify: Callable[[str], None] | None = None,
     rss_every_s: float = 1.0,
     max_attempts: int | None = None,
+    mode_shares: Mapping[str, float] | None = None,
 ) -> CollectResult:
     """Collect until the store holds `episodes` episodes of `task` (a name or a task
     config); see the module doc. `workers` defaults to the usable cores. `notify` gets the
@@ -235,7 +236,9 @@ def collect(
     of this run, kept or not (default: 10 per episode to collect, at least 100), so a task
     the expert rarely solves does not run forever. `action_noise` > 0: the expert executes
     its actions plus Gaussian noise of that std and the store records the clean actions
-    (DART; `ScriptedExpert.perturb`), so the demonstrations show recoveries."""
+    (DART; `ScriptedExpert.perturb`), so the demonstrations show recoveries. `mode_shares`
+    ({mode name: share}, e.g. {"push": 0.7, "carry": 0.3}): how often the expert draws
+    each strategy (default: uniform), to make demonstrations where one way dominates."""
     from unilab.config.errors import ConfigError
 
     if expert not in EXPERT_KINDS:
@@ -258,6 +261,14 @@ def collect(
         )
     num_workers = workers or usable_cores()
     plan = _plan(task, sim, seed, perturbed=action_noise > 0)
+    mode_probs = None
+    if mode_shares is not None:
+        from unilab.tasks.experts import mode_probs_from_shares
+
+        try:
+            mode_probs = mode_probs_from_shares(plan.mode_names, mode_shares)
+        except ValueError as exc:
+            raise ConfigError(f"{plan.task_cfg.name}: {exc}") from None
     size = ring_size(plan.fields, num_workers, envs_per_worker, chunk_len, slots_per_worker)
     check_ring_size(
         size, max_ring_mb, "max_ring_mb", "workers, envs_per_worker, chunk_len or the image size"
@@ -300,6 +311,7 @@ def collect(
             run = _Collection(
                 st, plan, result, size, keep_failed, commit_frames, bar, attempts, action_noise
             )
+            run.mode_probs = mode_probs
             run.run(
                 num_workers,
                 envs_per_worker,
@@ -330,6 +342,8 @@ class _Collection:
     ) -> None:
         self.store = store
         self.action_noise = action_noise
+        self.mode_probs: list[float] | None = None
+        """The expert's per-mode draw probabilities (None: uniform)."""
         self.max_attempts = max_attempts
         self.plan = plan
         self.result = result
@@ -381,6 +395,7 @@ class _Collection:
             "seed_start": result.seed_start,
             "num_workers": num_workers,
             "action_noise": self.action_noise,
+            "mode_probs": self.mode_probs,
         }
         stop = StopSignal()
         restore = (
@@ -494,57 +509,6 @@ class _Collection:
                 "instruction_index": index,
                 "worker": worker,
                 "action_noise": self.action_noise,
+                **({} if self.mode_probs is None else {"mode_probs": self.mode_probs}),
             },
         )
-
-
-def replay_episode(
-    task: TaskConfig | str,
-    seed: int,
-    *,
-    sim: SimConfig | None = None,
-    action_noise: float = 0.0,
-) -> dict[str, np.ndarray]:
-    """Run the episode with this seed again (one env, the scripted expert, perturbed by
-    `action_noise` as collected: the `action_noise` tag of the episode) and return its
-    frames under the store's field names. Actions, proprioception, instruction and mode
-    equal the collected episode's exactly; camera pixels too when it ran in the first env
-    slot of its worker (in another tile of the shared framebuffer a few edge pixels round
-    differently)."""
-    from unilab.config.compose import compose
-    from unilab.tasks.experts import make_expert
-    from unilab.tasks.registry import make_task
-    from unilab.tasks.tabletop import TabletopTask
-
-    task_cfg = compose([f"task={task}"]).task if isinstance(task, str) else task
-    env = make_task(task_cfg, num_envs=1, seed=seed, sim_cfg=sim)
-    try:
-        assert isinstance(env, TabletopTask)
-        env.episode_seeder = lambda ids: np.full(len(ids), seed, dtype=np.int64)
-        obs = env.reset()
-        expert = make_expert(env, seed=seed, action_noise=action_noise)
-        expert.reset(None, seeds=env.episode_seed)
-        spec = env.observation_spec()
-        _, source = store_schema(dict(spec), env.action_dim, perturbed=action_noise > 0)
-        groups = {ring: g for g in spec if (ring := ring_field(g)) in source.values()}
-        rows: dict[str, list[np.ndarray]] = {name: [] for name in source}
-        for key in ("reward", "terminated", "truncated"):
-            rows[key] = []
-        while True:
-            step = {ring_name: obs[g][0].copy() for ring_name, g in groups.items()}
-            step["mode"] = expert.mode[0].astype(np.int32)
-            action = expert.act()
-            result = env.step(expert.perturb(action))
-            step["action"] = action[0].copy()
-            step[PERTURBED_FIELD] = expert.perturbed[0].copy()
-            for name, ring_name in source.items():
-                rows[name].append(step[ring_name])
-            rows["reward"].append(result.reward[0])
-            rows["terminated"].append(result.terminated[0])
-            rows["truncated"].append(result.truncated[0])
-            if result.terminated[0] or result.truncated[0]:
-                break
-            obs = result.obs
-        return {name: np.stack(values) for name, values in rows.items()}
-    finally:
-        env.close()

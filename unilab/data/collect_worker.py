@@ -72,7 +72,12 @@ def collect_worker_main(ctx: WorkerContext) -> None:
     task.episode_seeder = SeedAllocator(
         ctx.config["seed_start"], ctx.config["num_workers"], ctx.worker_id, ctx.generation
     )
-    expert = make_expert(task, seed=ctx.seed, action_noise=ctx.config.get("action_noise", 0.0))
+    expert = make_expert(
+        task,
+        seed=ctx.seed,
+        action_noise=ctx.config.get("action_noise", 0.0),
+        mode_probs=ctx.config.get("mode_probs"),
+    )
     try:
         run_collect_worker(ctx, task, expert)
     finally:

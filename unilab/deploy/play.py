@@ -278,7 +278,9 @@ def play(
         if store is not None:
             store.add(
                 info.obs,
-                task.actions.copy(),  # what the step executed: the policy's, clipped
+                # What the step executed, clipped (`task.actions` is already zeroed for
+                # the envs whose episode ended at this step).
+                task.executed_actions.copy(),
                 out.reward,
                 out.terminated,
                 out.truncated,
