@@ -176,6 +176,11 @@ def test_init_run_gives_the_model_and_its_weights(tmp_path: Path) -> None:
     ).algo
     assert cfg.model.width == 32 and cfg.model.horizon == 4 and cfg.model.flow_noise
     assert cfg.model.n_act == 3 and cfg.model_from == str(tmp_path)
+    assert cfg.model.num_steps == 3  # the init run's K unless algo.num_steps says otherwise
+    fewer = compose(
+        ["task=cartpole_balance", "algo=flow_ppo", f"algo.init={tmp_path}", "algo.num_steps=2"]
+    ).algo
+    assert fewer.model.num_steps == 2 and fewer.model.width == 32
     learner = FlowPPO(cfg, {"policy": (6,), "critic": (8,)}, A, torch.device("cpu"))
     state = torch.load(next((tmp_path / "checkpoints").glob("*.pt")), weights_only=True)
     for key, value in state["algo"]["actor"].items():

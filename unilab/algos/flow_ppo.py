@@ -64,6 +64,10 @@ class FlowPPOConfig(AlgoConfig):
     """The network; taken from the init run, with `flow_noise` on."""
     n_act: int = checked(0, ge=0)
     """Actions executed per chunk before re-planning (0: the model's `n_act`)."""
+    num_steps: int = checked(0, ge=0)
+    """Euler steps of the chain during fine-tuning and after it (0: the init run's K).
+    ReinFlow fine-tunes with K = 1-4: fewer noisy steps per decision, so each step's noise
+    and ratio matter more; the velocity field is the same at any K."""
     noise_std_min: float = checked(0.08, gt=0.0)
     """Lower bound of the per-step noise std (normalized action units)."""
     noise_std_max: float = checked(0.16, gt=0.0)
@@ -152,6 +156,8 @@ class FlowPPOConfig(AlgoConfig):
         self.model.noise_std_min, self.model.noise_std_max = self.noise_std_min, self.noise_std_max
         if self.n_act:
             self.model.n_act = self.n_act
+        if self.num_steps:
+            self.model.num_steps = self.num_steps
         return problems
 
     def problems(self) -> list[str]:
