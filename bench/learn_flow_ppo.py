@@ -104,13 +104,18 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     colours = {"tokens": "tab:blue", "null": "tab:orange"}
     seeds = sorted({row["seed"] for row in rows})  # one line style per seed
+    seen: dict[tuple[str, int], int] = {}
     for row in rows:
         if not row.get("curve"):
             continue
         steps, success = zip(*row["curve"], strict=True)
-        style = ("-", "--", ":", "-.")[seeds.index(row["seed"]) % 4]
+        # Runs of the same arm and seed (settings compared with --runs) get their own
+        # style and a number, in the order given.
+        again = seen[row["arm"], row["seed"]] = seen.get((row["arm"], row["seed"]), 0) + 1
+        style = ("-", "--", ":", "-.")[(seeds.index(row["seed"]) + again - 1) % 4]
+        label = f"{row['arm']} seed {row['seed']}" + (f" (run {again})" if again > 1 else "")
         ax.plot(steps, success, style, marker="o", color=colours.get(row["arm"], "k"),
-                alpha=0.8, label=f"{row['arm']} seed {row['seed']}")  # fmt: skip
+                alpha=0.8, label=label)  # fmt: skip
     ax.set_xlabel("env steps")
     ax.set_ylabel("evaluated success")
     ax.set_ylim(0, 1)
