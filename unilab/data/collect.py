@@ -309,9 +309,9 @@ def collect(
             remaining = episodes - existing
             attempts = max_attempts if max_attempts is not None else max(100, 10 * remaining)
             run = _Collection(
-                st, plan, result, size, keep_failed, commit_frames, bar, attempts, action_noise
-            )
-            run.mode_probs = mode_probs
+                st, plan, result, size, keep_failed, commit_frames, bar, attempts, action_noise,
+                mode_probs,
+            )  # fmt: skip
             run.run(
                 num_workers,
                 envs_per_worker,
@@ -339,10 +339,11 @@ class _Collection:
         bar: CollectProgress,
         max_attempts: int,
         action_noise: float = 0.0,
+        mode_probs: list[float] | None = None,
     ) -> None:
         self.store = store
         self.action_noise = action_noise
-        self.mode_probs: list[float] | None = None
+        self.mode_probs = mode_probs
         """The expert's per-mode draw probabilities (None: uniform)."""
         self.max_attempts = max_attempts
         self.plan = plan
