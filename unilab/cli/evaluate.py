@@ -10,6 +10,7 @@ from unilab.cli.options import add_overrides, positive, split_items
 from unilab.cli.play import (
     alert_arguments,
     alert_options,
+    apply_flow_steps,
     execution_arguments,
     execution_options,
     load_target,
@@ -76,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
 
     target, overrides = split_items(args.items, "eval", "run directory or policy.onnx")
     policy = load_target(target, "eval")
+    apply_flow_steps(args, policy)
     seeds = parse_seeds(args.seeds)
     meta = policy.metadata
     task_cfg, sim_cfg = configs_for_policy(meta.task_config, meta.sim_config, overrides)

@@ -33,6 +33,25 @@ def execution_arguments(p: argparse.ArgumentParser) -> None:
         help="chunked policies: temporal ensembling with weights exp(-m i) (ACT; default: "
         "the policy's own setting, usually off)",
     )
+    p.add_argument(
+        "--flow-steps",
+        type=int,
+        default=None,
+        help="flow VLAs loaded from a run: Euler steps per chunk (default: the K it was "
+        "trained with; an exported policy.onnx keeps its own)",
+    )
+
+
+def apply_flow_steps(args: argparse.Namespace, policy: LoadedPolicy) -> None:
+    """`--flow-steps` on the loaded policy; a policy it cannot apply to is a ConfigError."""
+    if args.flow_steps is None:
+        return
+    from unilab.deploy.policy_source import PolicyLoadError, set_flow_steps
+
+    try:
+        set_flow_steps(policy, args.flow_steps)
+    except PolicyLoadError as exc:
+        raise ConfigError(f"--flow-steps: {exc}") from None
 
 
 def execution_options(args: argparse.Namespace) -> dict[str, float | int | None]:
@@ -170,6 +189,8 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
     if target == EXPERT:
         if args.alerts:
             raise ConfigError(f"unilab {verb} expert: --alerts needs a policy with value heads")
+        if args.flow_steps is not None:
+            raise ConfigError(f"unilab {verb} expert: --flow-steps needs a flow policy")
         if args.takeover_after is not None or args.takeover_on_error:
             raise ConfigError(
                 f"unilab {verb} expert: --takeover-after / --takeover-on-error need a policy "
@@ -182,6 +203,7 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         stem = "expert"
     else:
         policy = load_target(target, verb)
+        apply_flow_steps(args, policy)
         alerts = alert_options(args, policy)
         assert target is not None
         meta = policy.metadata

@@ -26,8 +26,9 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
                         "metrics"}, ...]
     wall_s            float
     execution         (optional, chunked policies) {"n_act", "ensemble_decay",
-                      "noise_seed": "seed"}: how chunks were executed; the flow's noise of
-                      each seed's episodes is drawn from that seed
+                      "noise_seed": "seed", and for a flow VLA loaded from its run
+                      "flow_steps"}: how chunks were executed; the flow's noise of each
+                      seed's episodes is drawn from that seed
     failure_states    (optional, --save-failures) {"dir", "before_s", "count"}: env states
                       saved about before_s seconds before each failed episode ended
                       (unilab.deploy.failure_states; index.json in dir lists them)
@@ -187,6 +188,9 @@ def evaluate(
             "ensemble_decay": getattr(probe, "ensemble_decay", ensemble_decay),
             "noise_seed": "seed",
         }
+        inner = getattr(policy.policy, "policy", None)  # a NumpyPolicy's torch policy
+        if getattr(inner, "head", None) == "flow":
+            report["execution"]["flow_steps"] = int(inner.num_steps)  # type: ignore[union-attr]
     validate_report(report)
     return report
 

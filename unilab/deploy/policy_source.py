@@ -79,6 +79,24 @@ def _onnx(path: Path) -> LoadedPolicy:
     return LoadedPolicy(policy, policy.metadata, str(path))
 
 
+def set_flow_steps(loaded: LoadedPolicy, steps: int) -> None:
+    """Integrate a flow VLA's chunks in `steps` Euler steps instead of its trained K (the
+    velocity field is the same at any K; from zero noise, fewer steps land nearer the
+    mean action). Only a policy loaded from its run: an ONNX export has K in its graph."""
+    from unilab.policies.vla.policy import VLAPolicy
+
+    if steps < 1:
+        raise PolicyLoadError(f"flow steps must be at least 1, got {steps}")
+    inner = getattr(loaded.policy, "policy", None)  # a NumpyPolicy's torch policy
+    if not isinstance(inner, VLAPolicy) or inner.head != "flow":
+        raise PolicyLoadError(
+            f"{loaded.source} is not a flow VLA loaded from its run: the number of flow steps "
+            "applies to a bc_flow / awr_flow / flow_ppo run directory or checkpoint (an "
+            "exported policy.onnx has its K in the graph: export again from the run)"
+        )
+    inner.num_steps = int(steps)
+
+
 def check_fits(loaded: LoadedPolicy, task: Any) -> None:
     """A ValueError naming both sides unless `task` provides every observation group the
     policy reads, in the shape it reads it, and takes its action width."""
