@@ -132,7 +132,9 @@ def test_unilab_train_bc_flow_end_to_end_then_eval_and_deploy(demos: Path, tmp_p
         )
         reports.append(json.loads(path.read_text()))
     torch_run, onnx_run = reports
-    assert torch_run["execution"] == {"n_act": 4, "ensemble_decay": None, "noise_seed": "seed"}
+    executed = {"n_act": 4, "ensemble_decay": None, "noise_seed": "seed"}
+    assert torch_run["execution"] == {**executed, "flow_steps": 3}  # K of the run's config
+    assert onnx_run["execution"] == executed  # the export's K is inside its graph
     assert [e["length"] for e in torch_run["episodes"]] == [
         e["length"] for e in onnx_run["episodes"]
     ]
