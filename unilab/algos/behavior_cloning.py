@@ -370,8 +370,7 @@ class BehaviorCloning(Algorithm):
             value_targets=self._value_targets(batch) if value_batch is None else None,
             value_weight=self.cfg.value_weight,
         )
-        targets = None if value_batch is None else self._value_targets(value_batch)
-        if value_batch is not None and targets is not None:
+        if value_batch is not None and (targets := self._value_targets(value_batch)) is not None:
             value_obs = self.observations(value_batch, augment=True)
             value_loss, value_metrics = value_heads_loss(self.policy, value_obs, targets)
             loss = loss + self.cfg.value_weight * value_loss
