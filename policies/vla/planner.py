@@ -28,6 +28,7 @@ def make_planner(
     best_of_n: int = 1,
     noise_temperature: float = 1.0,
     seed: int = 0,
+    flow_steps: int | None = None,
 ) -> Planner:
     """(obs as numpy, noise (n, H, A)) -> chunks (n, H, A) numpy: `policy`'s deterministic
     path with the given noise, for `chunking.ChunkExecutor`.
@@ -35,21 +36,27 @@ def make_planner(
     `guidance_scale` (None: the configured one) integrates with classifier-free
     guidance at that scale. `best_of_n` > 1 plans N candidates per env and keeps the one
     the value heads rank highest (`best_of_n_candidates`): candidate 0 from the given
-    noise, the others from a stream seeded by `seed`, scaled by `noise_temperature`."""
+    noise, the others from a stream seeded by `seed`, scaled by `noise_temperature`.
+    `flow_steps` (None: the policy's K) integrates each chunk in that many Euler steps: the
+    velocity field is the same at any K, so this is an inference setting, not a new model."""
     scale = policy.cfg.guidance_scale if guidance_scale is None else float(guidance_scale)
+    steps = policy.num_steps if flow_steps is None else int(flow_steps)
+    if steps < 1:
+        raise ValueError(f"flow_steps must be at least 1, got {flow_steps}")
     if best_of_n > 1:
         policy.check_best_of_n()
     rng = np.random.default_rng([int(seed), 0x0B0F])
 
     def chunks(obs: Mapping[str, np.ndarray], noise: np.ndarray) -> torch.Tensor:
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in obs.items()}
-        if policy.gaussian is not None or scale == policy.cfg.guidance_scale:
+        as_trained = scale == policy.cfg.guidance_scale and steps == policy.num_steps
+        if policy.gaussian is not None or as_trained:
             chunk, _ = policy.sample(tensors, deterministic=True, noise=torch.from_numpy(noise))
             return chunk
         with torch.inference_mode():
             policy.check_obs(tensors)
             out = policy.sample_normalized(
-                policy._to_device(tensors), torch.from_numpy(noise).to(policy.device), scale
+                policy._to_device(tensors), torch.from_numpy(noise).to(policy.device), scale, steps
             )
             return policy.action_norm.unnormalize(out)
 

@@ -335,11 +335,12 @@ class VLAPolicy(PolicyModule):
 
     # -- sampling -------------------------------------------------------------------------
     def _velocity_fn(
-        self, ctx: ExpertContext, scale: float | None
+        self, ctx: ExpertContext, scale: float | None, num_steps: int
     ) -> Callable[[torch.Tensor, int], torch.Tensor]:
-        """v(x, k) on the Euler grid; with guidance the context holds [cond; uncond] rows."""
+        """v(x, k) on the `num_steps` Euler grid; with guidance the context holds
+        [cond; uncond] rows."""
         expert = self._expert()
-        mods = expert.step_modulations(ctx, time_grid(self.num_steps, self.device)[:-1])
+        mods = expert.step_modulations(ctx, time_grid(num_steps, self.device)[:-1])
         if scale is None:
             return lambda x, k: expert.run(ctx, mods[k], x)[0]
 
@@ -368,11 +369,17 @@ class VLAPolicy(PolicyModule):
         return self._expert().context(self.prefix(both, stacked))
 
     def sample_normalized(
-        self, obs: Obs, noise: torch.Tensor, guidance_scale: float | None = None
+        self,
+        obs: Obs,
+        noise: torch.Tensor,
+        guidance_scale: float | None = None,
+        num_steps: int | None = None,
     ) -> torch.Tensor:
-        """The ODE sample from `noise` (N, H, A) at t = 1, normalized units."""
+        """The ODE sample from `noise` (N, H, A) at t = 1, normalized units, in `num_steps`
+        Euler steps (None: the policy's K)."""
+        steps = self.num_steps if num_steps is None else int(num_steps)
         ctx = self._guided_context(obs, guidance_scale)
-        return euler_integrate(self._velocity_fn(ctx, guidance_scale), noise, self.num_steps)
+        return euler_integrate(self._velocity_fn(ctx, guidance_scale, steps), noise, steps)
 
     def forward(self, obs: Obs, noise: torch.Tensor) -> torch.Tensor:
         """The deterministic path (what export traces): observations and the initial noise
@@ -451,11 +458,13 @@ class VLAPolicy(PolicyModule):
         best_of_n: int = 1,
         noise_temperature: float = 1.0,
         seed: int = 0,
+        flow_steps: int | None = None,
     ) -> Planner:
         """(obs as numpy, noise (n, H, A)) -> chunks (n, H, A) numpy for
         `chunking.ChunkExecutor`: guidance at `guidance_scale` (None: the configured one),
-        `best_of_n` candidates ranked by the value heads (`planner.make_planner`)."""
-        return make_planner(self, guidance_scale, best_of_n, noise_temperature, seed)
+        `best_of_n` candidates ranked by the value heads, `flow_steps` Euler steps (None:
+        the policy's K) (`planner.make_planner`)."""
+        return make_planner(self, guidance_scale, best_of_n, noise_temperature, seed, flow_steps)
 
     def check_best_of_n(self) -> None:
         """A ValueError unless best-of-N can rank candidates (`planner.check_best_of_n`)."""
@@ -471,17 +480,21 @@ class VLAPolicy(PolicyModule):
         guidance_scale: float | None = None,
         best_of_n: int = 1,
         hold_token: bool | None = None,
+        flow_steps: int | None = None,
     ) -> ChunkExecutor:
         """Chunked execution of this policy over `num_envs` envs (what rollouts use): the
         configured `n_act` and temporal ensembling unless given, initial noise drawn from
         `seed` and scaled by `noise_temperature` (the MSE head executes its mean), guidance
         at `guidance_scale` (None: the configured one), `best_of_n` candidates per re-plan
-        ranked by the value heads (`planner`); `hold_token` (None: the configured
+        ranked by the value heads (`planner`), each chunk integrated in `flow_steps` Euler
+        steps (None: the policy's K); `hold_token` (None: the configured
         `selector_holds_token`) keeps the selector's token for each episode."""
         hold = self.cfg.selector_holds_token if hold_token is None else hold_token
         choice = ("token", self.choose_tokens) if self.selector is not None and hold else None
         return ChunkExecutor(
-            self.planner(guidance_scale, int(best_of_n), float(noise_temperature), seed),
+            self.planner(
+                guidance_scale, int(best_of_n), float(noise_temperature), seed, flow_steps
+            ),
             num_envs,
             self.horizon,
             self.action_dim,

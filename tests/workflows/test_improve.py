@@ -294,3 +294,30 @@ def test_play_records_the_actions_the_task_executed(bc_run: Path, tmp_path: Path
         actions = st.read("action")
     assert len(actions) > 0 and np.abs(actions).max() <= 1.0
     assert (actions == 1.0).mean() > 0.5  # mostly driven to the bound, and stored there
+
+
+def test_tuned_inference_settings_run_every_rollout_and_evaluation(
+    bc_run: Path, tmp_path: Path
+) -> None:
+    settings = tmp_path / "tuned.json"
+    settings.write_text(json.dumps({"n_act": 2, "ensemble_decay": 0.01, "flow_steps": 2}))
+    out = tmp_path / "tuned"
+    argv = ["improve", str(bc_run), "--episodes", "2", "--eval-episodes", "2"]
+    argv += ["--inference-settings", str(settings), "--out", str(out), "algo.steps=2"]
+    assert main(argv) == 0
+    report = json.loads((out / "improve.json").read_text())
+    want = {"n_act": 2, "ensemble_decay": 0.01, "flow_steps": 2}
+    assert report["inference_settings"] == want
+    (summary,) = report["rounds"]
+    for evaluation in (report["baseline"]["eval"], summary["eval"]):
+        execution = evaluation["execution"]
+        assert execution["inference_settings"] == want
+        assert (execution["n_act"], execution["flow_steps"]) == (2, 2)  # trained with n_act 4, K 3
+    # the rollouts ran through the same loader (`load_run_policy`) and were recorded
+    with EpisodeStore.open(summary["rollouts"]["store"], "r") as kept:
+        assert len(kept) == 2
+    # a setting the policy cannot use is refused before anything is written
+    settings.write_text(json.dumps({"best_of_n": 2}))
+    never = tmp_path / "never"
+    argv = ["improve", str(bc_run), "--episodes", "2", "--inference-settings", str(settings)]
+    assert main([*argv, "--out", str(never)]) == 2 and not never.exists()

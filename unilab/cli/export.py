@@ -17,7 +17,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="VLA runs: a `unilab tune-inference` report (its chosen settings) or a JSON "
         "object {setting: value}; n_act, ensemble_decay, noise_temperature and best_of_n "
-        "go into the ONNX metadata deploy reads, guidance_scale into the graph",
+        "go into the ONNX metadata deploy reads, guidance_scale and flow_steps into the graph",
     )
 
 

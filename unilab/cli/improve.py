@@ -55,6 +55,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "noise); advantages are then against the mean of the same scene's tries (default 1)",
     )
     p.add_argument(
+        "--inference-settings",
+        metavar="FILE",
+        help="a `unilab tune-inference` report (its chosen settings) or a JSON object "
+        "{setting: value}: every rollout and evaluation executes the policy with them "
+        "(e.g. n_act, ensemble_decay, flow_steps); default: the policy's own",
+    )
+    p.add_argument(
         "--out",
         help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
     )
@@ -65,8 +72,10 @@ def _run(args: argparse.Namespace) -> int:
     target, overrides = split_items(args.items, "improve", "run directory")
     if target is None:
         raise ConfigError("unilab improve needs a run directory: a bc_flow or awr_flow run")
+    from unilab.cli.export import read_settings
     from unilab.workflows.improve import improve
 
+    settings = read_settings(args.inference_settings) if args.inference_settings else None
     improve(
         Path(target),
         rounds=positive(args.rounds, "--rounds"),
@@ -81,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         takeover_after_s=args.takeover_after,
         takeover_on_error=args.takeover_on_error,
         repeats=positive(args.repeats, "--repeats"),
+        inference_settings=settings,
     )
     return 0
 

@@ -131,7 +131,7 @@ VERBS = [
         _arguments,
         description="Each round a factorised Thompson-sampling bandit (SettingsBandit) picks "
         "one value per setting (n_act, ensemble_decay, guidance_scale, noise_temperature, "
-        "best_of_n), runs --episodes-per-round evaluation episodes with them and credits "
+        "best_of_n, flow_steps), runs --episodes-per-round evaluation episodes with them and credits "
         "their successes; posteriors decay by --decay per round. Settings the policy cannot "
         "use are left out with a note. Reports the chosen settings and a defaults-vs-chosen "
         "comparison at equal budget on fresh seeds as JSON; --write puts the choice into "

@@ -27,8 +27,9 @@ Report schema (`SCHEMA` = "unilab.eval/1"; `validate_report` checks it):
     wall_s            float
     execution         (optional, chunked policies) {"n_act", "ensemble_decay",
                       "noise_seed": "seed", and for a flow VLA loaded from its run
-                      "flow_steps"}: how chunks were executed; the flow's noise of each
-                      seed's episodes is drawn from that seed
+                      "flow_steps"; "inference_settings" when run with tuned ones}: how
+                      chunks were executed; the flow's noise of each seed's episodes is
+                      drawn from that seed
     failure_states    (optional, --save-failures) {"dir", "before_s", "count"}: env states
                       saved about before_s seconds before each failed episode ended
                       (unilab.deploy.failure_states; index.json in dir lists them)
@@ -189,8 +190,13 @@ def evaluate(
             "noise_seed": "seed",
         }
         inner = getattr(policy.policy, "policy", None)  # a NumpyPolicy's torch policy
+        tuned = getattr(policy.policy, "settings", None)  # a tune_inference.TunedPolicy's
+        if isinstance(tuned, dict):
+            report["execution"]["inference_settings"] = dict(tuned)
+            inner = getattr(inner, "policy", None)
         if getattr(inner, "head", None) == "flow":
-            report["execution"]["flow_steps"] = int(inner.num_steps)  # type: ignore[union-attr]
+            steps = (tuned or {}).get("flow_steps") or inner.num_steps  # type: ignore[union-attr]
+            report["execution"]["flow_steps"] = int(steps)
     validate_report(report)
     return report
 

@@ -16,7 +16,9 @@ Settings (`inference_tuning.DEFAULT_SPACE`) and where each acts:
   to drop (`guidance_drop` among the model's conditions). An ONNX graph has its guidance
   compiled in, so it is not tunable there;
 - `best_of_n`: the torch VLA's planner ranks N candidates with its value heads; needs value
-  heads and behaviour tokens (the heads read the observation and conditions, not the chunk).
+  heads and behaviour tokens (the heads read the observation and conditions, not the chunk);
+- `flow_steps`: the torch VLA's planner integrates each chunk in K Euler steps (flow head;
+  an ONNX graph has its K unrolled inside, so tune the run and re-export).
 
 A setting the policy cannot use is left out of the space with a note in the report
 (`skipped`), never silently; values it cannot take (n_act above the horizon) likewise.
@@ -101,6 +103,7 @@ def policy_defaults(policy: Policy[np.ndarray]) -> dict[str, SettingValue]:
         "guidance_scale": 1.0,
     }
     if isinstance(inner, VLAPolicy):
+        defaults["flow_steps"] = int(inner.num_steps)
         defaults["n_act"] = int(inner.cfg.n_act)
         defaults["ensemble_decay"] = inner.cfg.ensemble_decay
         scale = inner.cfg.guidance_scale
@@ -109,6 +112,7 @@ def policy_defaults(policy: Policy[np.ndarray]) -> dict[str, SettingValue]:
         meta = inner.metadata
         defaults.update(n_act=int(meta.n_act), ensemble_decay=meta.ensemble_decay)
         defaults["noise_temperature"] = float(meta.noise_temperature)
+        defaults["flow_steps"] = int(meta.num_steps)
     elif chunked is not None:
         probe = chunked.executor(1)
         defaults["n_act"] = int(getattr(probe, "n_act", policy.action_horizon))
@@ -145,8 +149,11 @@ def usable_space(
             dropped = [v for v in values if v not in kept]
             if dropped:
                 notes["n_act"] = f"values {dropped} left out: n_act must be in [1, {horizon}]"
-        if name == "best_of_n":
-            kept = [v for v in values if isinstance(v, int) and v >= 1]
+        if name in ("best_of_n", "flow_steps"):
+            kept = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 1]
+            dropped = [v for v in values if v not in kept]
+            if dropped:
+                notes[name] = f"values {dropped} left out: {name} must be an integer >= 1"
         if kept:
             usable[name] = kept
         else:
@@ -172,10 +179,17 @@ def _why_not(name: str, inner: object, params: set[str], owner: str) -> str:
             )
         if name == "best_of_n" and isinstance(inner, OnnxVLAPolicy):
             return "the ONNX graph holds no value heads to rank candidates; tune the run directory"
+        if name == "flow_steps" and isinstance(inner, OnnxVLAPolicy):
+            return (
+                "the Euler steps are unrolled in the ONNX graph; tune the run directory and "
+                "re-export (`unilab export RUN --inference-settings FILE`)"
+            )
         return f"{where} ({owner}) has no {name} in its executor"
     head = getattr(inner, "head", None) or getattr(getattr(inner, "metadata", None), "head", None)
     if name == "noise_temperature" and head == "mse":
         return "the MSE head executes its mean and ignores the noise"
+    if name == "flow_steps" and head == "mse":
+        return "the MSE head predicts its chunk in one pass; there is no flow to integrate"
     if name == "guidance_scale" and isinstance(inner, VLAPolicy):
         if inner.head != "flow":
             return "guidance needs the flow head"
@@ -241,7 +255,8 @@ class TunedPolicy:
         ensemble_decay: float | None = None,
     ) -> StepExecutor:
         s = self.settings
-        extra = {k: s[k] for k in ("noise_temperature", "guidance_scale", "best_of_n") if k in s}
+        tuned = ("noise_temperature", "guidance_scale", "best_of_n", "flow_steps")
+        extra = {k: s[k] for k in tuned if k in s}
         make: Any = self.chunked.executor  # the VLA's executors take the extra settings
         executor: StepExecutor = make(
             num_envs,

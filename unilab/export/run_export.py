@@ -15,7 +15,8 @@ leaves the last good one; `remove_leftovers` cleans a crashed export's folder.
 `inference_settings` (a VLA; what `unilab tune-inference` chose): `n_act`,
 `ensemble_decay`, `noise_temperature` and `best_of_n` go into the VLA metadata, which
 deploy's chunk executor reads; `guidance_scale` is compiled into the graph (1.0, the
-conditional policy alone, exports without the unconditional branch).
+conditional policy alone, exports without the unconditional branch), and so is
+`flow_steps` (the graph unrolls that many Euler steps; the metadata's K says how many).
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ TORCHSCRIPT_NAME = "policy.pt"
 METADATA_NAME = "metadata.json"
 
 
-INFERENCE_SETTINGS = ("n_act", "ensemble_decay", "noise_temperature", "guidance_scale", "best_of_n")
+INFERENCE_SETTINGS = (
+    "n_act",
+    "ensemble_decay",
+    "noise_temperature",
+    "guidance_scale",
+    "best_of_n",
+    "flow_steps",
+)
 
 
 def export_run(
@@ -89,7 +97,8 @@ def export_run(
 
 
 def _execution(actor: VLAPolicy, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Check `settings` and apply guidance to the actor; -> the metadata keyword arguments."""
+    """Check `settings` and apply guidance and flow steps to the actor (both are in the
+    graph); -> the metadata keyword arguments."""
     unknown = sorted(set(settings) - set(INFERENCE_SETTINGS))
     if unknown:
         raise ExportError(
@@ -106,6 +115,13 @@ def _execution(actor: VLAPolicy, settings: Mapping[str, Any]) -> dict[str, Any]:
                 f"{actor.condition_names or 'none'}"
             )
         actor.cfg = dataclasses.replace(actor.cfg, guidance_scale=scale)
+    if settings.get("flow_steps") is not None:
+        steps = settings["flow_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ExportError(f"flow_steps={steps!r} must be an integer >= 1")
+        if actor.head != "flow":
+            raise ExportError(f"flow_steps applies to the flow head; this VLA's is {actor.head!r}")
+        actor.num_steps = steps
     if int(settings.get("best_of_n", 1)) > 1:
         try:
             actor.check_best_of_n()

@@ -181,7 +181,7 @@ def vla_metadata(
         vocab_size=spec.vocab_size,
         pad_id=spec.pad_id,
         horizon=cfg.horizon,
-        num_steps=cfg.num_steps,
+        num_steps=policy.num_steps,  # what the graph integrates (an export may set it)
         n_act=int(cfg.n_act if n_act is None else n_act),
         inputs=names,
         vocabulary=[str(w) for w in vocabulary],

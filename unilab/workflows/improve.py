@@ -45,6 +45,13 @@ well it grasps (stop 42).
 
 `episodes=0` is the control: the same rounds of awr_flow on the demonstrations alone (no
 rollouts), which shows how much of a round's gain is only more training.
+
+With `inference_settings` (`--inference-settings FILE`, what `unilab tune-inference`
+chose) every rollout and every evaluation, the start's included, executes the policy with
+those settings (say n_act 2 with ensembling and 2 flow steps). The rollouts then come from
+the policy at its tuned best, and each round learns from that better behaviour (expert
+iteration with the tuner as the improvement operator); the control takes the same settings
+so the two stay comparable.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +70,12 @@ from unilab.algos.awr_flow import INIT_ALGOS
 from unilab.config.compose import compose
 from unilab.config.errors import ConfigError
 from unilab.utils.atomic import atomic_write_text
-from unilab.workflows.rollout_store import check_repeats, record_rollouts, store_frames
+from unilab.workflows.rollout_store import (
+    check_repeats,
+    load_run_policy,
+    record_rollouts,
+    store_frames,
+)
 
 SCHEMA = "unilab.improve/1"
 STORE_NAME = "store.zarr"
@@ -170,12 +182,13 @@ def advantage_stats(run: Path) -> dict[str, float]:
     return out
 
 
-def evaluate_run(run: Path, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate_run(
+    run: Path, episodes: int, seed: int, settings: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     from unilab.deploy.evaluate import evaluate
-    from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
 
-    policy = load_policy(run)
+    policy = load_run_policy(run, settings)
     task_cfg, sim_cfg = configs_for_policy(
         policy.metadata.task_config, policy.metadata.sim_config, []
     )
@@ -185,6 +198,7 @@ def evaluate_run(run: Path, episodes: int, seed: int) -> dict[str, Any]:
         "return_mean": report["return"]["mean"],
         "episodes": report["num_episodes"],
         "seed": seed,
+        "execution": report.get("execution"),
     }
 
 
@@ -218,13 +232,15 @@ def improve(
     takeover_after_s: float | None = None,
     takeover_on_error: bool = False,
     repeats: int = 1,
+    inference_settings: Mapping[str, Any] | None = None,
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
     written to `out/improve.json`. `eval_episodes` defaults to `episodes` (20 when that is
     0); rollouts of round k use seed `seed + 1000 k`, evaluation `eval_seed` every round
     (comparable); `takeover_after_s`, `takeover_on_error`: expert takeovers in the rollouts
-    (see the module doc); `repeats`: tries per scene (see `record_rollouts`)."""
+    (see the module doc); `repeats`: tries per scene (see `record_rollouts`);
+    `inference_settings`: how every rollout and evaluation executes (see the module doc)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 0:
@@ -246,6 +262,8 @@ def improve(
             f"{start}: its data.store ({demos!r}) is not an episode store here; improve "
             "starts its store from the demos the run trained on"
         )
+    settings = dict(inference_settings or {})
+    load_run_policy(start, settings)  # unusable settings fail here, before any output
     out_dir = Path(out) if out is not None else start / "improve"
     if (out_dir / "improve.json").exists() or (out_dir / STORE_NAME).exists():
         raise ConfigError(
@@ -258,7 +276,7 @@ def improve(
 
     t_start = time.perf_counter()
     log(f"improve: evaluating the starting run {start} ({eval_episodes} episodes)")
-    baseline = evaluate_run(start, eval_episodes, eval_seed)
+    baseline = evaluate_run(start, eval_episodes, eval_seed, settings)
     log(f"round 0 (start): eval success {format_rate(baseline['success_rate'])}")
     report: dict[str, Any] = {
         "schema": SCHEMA,
@@ -268,6 +286,7 @@ def improve(
         "takeover_after_s": takeover_after_s,
         "takeover_on_error": takeover_on_error,
         "repeats": repeats,
+        "inference_settings": settings,
         "baseline": {"run": str(start), "eval": baseline},
         "rounds": [],
     }
@@ -287,6 +306,7 @@ def improve(
                 takeover_after_s,
                 takeover_on_error,
                 repeats,
+                settings,
             )
         else:  # the control: what the same training does on the demonstrations alone
             rollouts = {"episodes": 0, "recorded_episodes": 0, "success_rate": None}
@@ -311,7 +331,7 @@ def improve(
             raise ConfigError("unilab improve trains in one process")
         trained = result.path
         log(f"round {k}/{rounds}: evaluating {trained} ({eval_episodes} episodes)")
-        evaluation = evaluate_run(trained, eval_episodes, eval_seed)
+        evaluation = evaluate_run(trained, eval_episodes, eval_seed, settings)
         stats = advantage_stats(trained)
         summary: dict[str, Any] = {
             "round": k,

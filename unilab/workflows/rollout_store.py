@@ -1,20 +1,24 @@
 """Rollouts into episode stores, for the improvement loops (`unilab improve`, the world-model
 loop): `record_rollouts` plays a run one episode per env (optionally each scene several
 times) and records it, `append_episodes` moves episodes between stores of different
-schemas, `store_frames` counts a store's frames by origin and by awr_flow sampling source.
+schemas, `store_frames` counts a store's frames by origin and by awr_flow sampling source,
+`load_run_policy` loads a run to play with given inference settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from unilab.algos.frame_advantages import SOURCES, frame_sources
 from unilab.config.errors import ConfigError
 from unilab.data.episode import EpisodeMeta
+
+if TYPE_CHECKING:
+    from unilab.deploy.policy_source import LoadedPolicy
 
 ROLLOUT_ENVS = 100
 """Envs of one wave of rollouts (one episode each)."""
@@ -97,6 +101,25 @@ def append_episodes(
     return len(episodes)
 
 
+def load_run_policy(run: Path, settings: Mapping[str, Any] | None = None) -> LoadedPolicy:
+    """`run`'s policy; with `settings` (`unilab tune-inference`'s choice: n_act, flow_steps,
+    ...) it executes its chunks with them. A setting the policy cannot use is a
+    ConfigError that says why (nothing is silently left out of a loop's rollouts)."""
+    from unilab.deploy.policy_source import load_policy
+    from unilab.deploy.tune_inference import TuneError, usable_space, with_settings
+
+    policy = load_policy(run)
+    if not settings:
+        return policy
+    try:
+        _, skipped = usable_space(policy.policy, {k: [v] for k, v in settings.items()})
+    except TuneError as exc:
+        raise ConfigError(f"inference settings {dict(settings)} for {run}: {exc}") from None
+    if skipped:
+        raise ConfigError(f"inference settings {dict(settings)} for {run}: {skipped}")
+    return with_settings(policy, settings)
+
+
 def record_rollouts(
     run: Path,
     store: Path,
@@ -106,8 +129,10 @@ def record_rollouts(
     takeover_after_s: float | None = None,
     takeover_on_error: bool = False,
     repeats: int = 1,
+    inference_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Roll out `run` into `folder/rollouts.zarr` (with expert takeovers after
+    """Roll out `run` (executing with `inference_settings` when given, `load_run_policy`)
+    into `folder/rollouts.zarr` (with expert takeovers after
     `takeover_after_s` seconds when given, and at the policy's mistakes with
     `takeover_on_error`), append those episodes to `store`.
 
@@ -119,10 +144,9 @@ def record_rollouts(
     with its scene, so awr_flow judges it against the other tries of the same scene."""
     check_repeats(episodes, repeats)
     from unilab.deploy.play import play
-    from unilab.deploy.policy_source import load_policy
     from unilab.deploy.sim_task import configs_for_policy
 
-    policy = load_policy(run)
+    policy = load_run_policy(run, inference_settings)
     task_cfg, sim_cfg = configs_for_policy(
         policy.metadata.task_config, policy.metadata.sim_config, []
     )
