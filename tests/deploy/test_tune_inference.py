@@ -103,6 +103,7 @@ def test_the_tuner_picks_the_n_act_that_balances(trained_run: Path) -> None:
     assert cmp["defaults"]["episodes"] == cmp["chosen"]["episodes"] == 12
     assert cmp["chosen"]["success_rate"] == 1.0 and cmp["defaults"]["success_rate"] == 0.0
     assert cmp["difference"] == 1.0
+    assert report["recommended"] == {"n_act": 2} and "beat the defaults" in report["recommendation"]
     json.dumps(report)  # plain JSON
 
 
@@ -210,7 +211,20 @@ def test_tune_write_export_metadata_and_deploy_read_the_choice(
     assert report["defaults"] == {"n_act": 4, "noise_temperature": 1.0, "best_of_n": 1}
     assert "condition to drop" in report["skipped"]["guidance_scale"]
     assert report["comparison"]["chosen"]["episodes"] == 2
-    # the export carries the choice; the torch-free runner and deploy execute it
+    # --write exports the recommendation: this untrained policy never succeeds, so the
+    # choice did not beat the defaults and the export keeps them
+    cmp = report["comparison"]
+    assert cmp["chosen"]["success_rate"] == cmp["defaults"]["success_rate"] == 0.0
+    assert report["recommended"] == report["defaults"]
+    assert "keep the defaults" in report["recommendation"]
+    vla = json.loads((run / "export" / "metadata.json").read_text())["vla"]
+    assert (vla["n_act"], vla["noise_temperature"], vla["best_of_n"]) == (4, 1.0, 1)
+    assert settings_of(report) == report["defaults"]  # what export / improve read
+    # the choice itself, given as a plain object, lands in the export; the torch-free
+    # runner and deploy execute it
+    chosen = tmp_path / "chosen.json"
+    chosen.write_text(json.dumps(report["chosen"]))
+    assert main(["export", str(run), "--inference-settings", str(chosen)]) == 0
     vla = json.loads((run / "export" / "metadata.json").read_text())["vla"]
     assert (vla["n_act"], vla["noise_temperature"], vla["best_of_n"]) == (2, 0.5, 2)
     runner = OnnxVLAPolicy(run / "export" / "policy.onnx")

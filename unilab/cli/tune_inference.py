@@ -54,7 +54,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--write",
         action="store_true",
-        help="re-export the run with the chosen settings in its ONNX metadata "
+        help="re-export the run with the recommended settings (the choice if it beat the "
+        "defaults on the fresh episodes, else the defaults) in its ONNX export "
         "(`unilab export RUN --inference-settings REPORT` does the same later)",
     )
     add_overrides(p, target="RUN")
@@ -97,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         f"chosen {report['chosen']} (defaults {report['defaults']}); on "
         f"{len(cmp['seeds'])} fresh seeds x {report['episodes_per_round']} episodes: success "
         f"{cmp['chosen']['success_rate']:.2f} chosen vs {cmp['defaults']['success_rate']:.2f} "
-        f"defaults",
+        f"defaults; recommended {report['recommended']}: {report['recommendation']}",
         file=sys.stderr,
     )
     if args.write:
@@ -109,9 +110,9 @@ def _run(args: argparse.Namespace) -> int:
                 "--write re-exports a run directory; for an ONNX file, export its run with "
                 "`unilab export RUN --inference-settings REPORT`"
             )
-        written = export_run(run, inference_settings=report["chosen"])
+        written = export_run(run, inference_settings=report["recommended"])
         report["written"] = {k: str(v) for k, v in written.items()}
-        print(f"exported with the chosen settings: {written['onnx']}", file=sys.stderr)
+        print(f"exported with the recommended settings: {written['onnx']}", file=sys.stderr)
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
         from unilab.utils.atomic import atomic_write_text
@@ -131,11 +132,12 @@ VERBS = [
         _arguments,
         description="Each round a factorised Thompson-sampling bandit (SettingsBandit) picks "
         "one value per setting (n_act, ensemble_decay, guidance_scale, noise_temperature, "
-        "best_of_n, flow_steps), runs --episodes-per-round evaluation episodes with them and credits "
-        "their successes; posteriors decay by --decay per round. Settings the policy cannot "
-        "use are left out with a note. Reports the chosen settings and a defaults-vs-chosen "
-        "comparison at equal budget on fresh seeds as JSON; --write puts the choice into "
-        "the run's exported ONNX metadata (read by unilab deploy).",
+        "best_of_n, flow_steps), runs --episodes-per-round evaluation episodes with them "
+        "and credits their successes; posteriors decay by --decay per round. Settings the "
+        "policy cannot use are left out with a note. Reports the chosen settings and a "
+        "defaults-vs-chosen comparison at equal budget on fresh seeds as JSON, and "
+        "recommends the choice only if it beat the defaults there; --write puts the "
+        "recommended settings into the run's ONNX export (read by unilab deploy).",
         order=13,
     )
 ]
