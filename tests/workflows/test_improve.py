@@ -313,7 +313,7 @@ def test_tuned_inference_settings_run_every_rollout_and_evaluation(
         execution = evaluation["execution"]
         assert execution["inference_settings"] == want
         assert (execution["n_act"], execution["flow_steps"]) == (2, 2)  # trained with n_act 4, K 3
-    # the rollouts ran through the same loader (`load_run_policy`) and were recorded
+    # the rollouts ran through the same loader (`load_with_settings`) and were recorded
     with EpisodeStore.open(summary["rollouts"]["store"], "r") as kept:
         assert len(kept) == 2
     # a setting the policy cannot use is refused before anything is written

@@ -72,7 +72,7 @@ from unilab.config.errors import ConfigError
 from unilab.utils.atomic import atomic_write_text
 from unilab.workflows.rollout_store import (
     check_repeats,
-    load_run_policy,
+    load_with_settings,
     record_rollouts,
     store_frames,
 )
@@ -188,7 +188,7 @@ def evaluate_run(
     from unilab.deploy.evaluate import evaluate
     from unilab.deploy.sim_task import configs_for_policy
 
-    policy = load_run_policy(run, settings)
+    policy = load_with_settings(run, settings)
     task_cfg, sim_cfg = configs_for_policy(
         policy.metadata.task_config, policy.metadata.sim_config, []
     )
@@ -263,7 +263,7 @@ def improve(
             "starts its store from the demos the run trained on"
         )
     settings = dict(inference_settings or {})
-    load_run_policy(start, settings)  # unusable settings fail here, before any output
+    load_with_settings(start, settings)  # unusable settings fail here, before any output
     out_dir = Path(out) if out is not None else start / "improve"
     if (out_dir / "improve.json").exists() or (out_dir / STORE_NAME).exists():
         raise ConfigError(

@@ -2,7 +2,7 @@
 loop): `record_rollouts` plays a run one episode per env (optionally each scene several
 times) and records it, `append_episodes` moves episodes between stores of different
 schemas, `store_frames` counts a store's frames by origin and by awr_flow sampling source,
-`load_run_policy` loads a run to play with given inference settings.
+`load_with_settings` loads a run to play with given inference settings.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def append_episodes(
     return len(episodes)
 
 
-def load_run_policy(run: Path, settings: Mapping[str, Any] | None = None) -> LoadedPolicy:
+def load_with_settings(run: Path, settings: Mapping[str, Any] | None = None) -> LoadedPolicy:
     """`run`'s policy; with `settings` (`unilab tune-inference`'s choice: n_act, flow_steps,
     ...) it executes its chunks with them. A setting the policy cannot use is a
     ConfigError that says why (nothing is silently left out of a loop's rollouts)."""
@@ -131,7 +131,7 @@ def record_rollouts(
     repeats: int = 1,
     inference_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Roll out `run` (executing with `inference_settings` when given, `load_run_policy`)
+    """Roll out `run` (executing with `inference_settings` when given, `load_with_settings`)
     into `folder/rollouts.zarr` (with expert takeovers after
     `takeover_after_s` seconds when given, and at the policy's mistakes with
     `takeover_on_error`), append those episodes to `store`.
@@ -146,7 +146,7 @@ def record_rollouts(
     from unilab.deploy.play import play
     from unilab.deploy.sim_task import configs_for_policy
 
-    policy = load_run_policy(run, inference_settings)
+    policy = load_with_settings(run, inference_settings)
     task_cfg, sim_cfg = configs_for_policy(
         policy.metadata.task_config, policy.metadata.sim_config, []
     )
