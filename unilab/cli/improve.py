@@ -57,7 +57,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--inference-settings",
         metavar="FILE",
-        help="a `unilab tune-inference` report (its chosen settings) or a JSON object "
+        help="a `unilab tune-inference` report (its recommended settings) or a JSON object "
         "{setting: value}: every rollout and evaluation executes the policy with them "
         "(e.g. n_act, ensemble_decay, flow_steps); default: the policy's own",
     )

@@ -3,8 +3,8 @@
 A VLA's success at deployment depends on settings that training never fixes: how many
 actions of each chunk to execute (`n_act`), temporal ensembling of overlapping chunks,
 the classifier-free guidance scale, the flow's noise temperature, best-of-N candidate
-chunks, and the number of Euler steps that integrate each chunk. Trying every combination costs real episodes, so `SettingsBandit` learns them
-online from episode outcomes:
+chunks, and the number of Euler steps that integrate each chunk. Trying every combination
+costs real episodes, so `SettingsBandit` learns them online from episode outcomes:
 
 - per setting and value, an independent Beta(a, b) posterior over the success probability,
   starting at Beta(1, 1);

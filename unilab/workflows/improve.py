@@ -263,7 +263,8 @@ def improve(
             "starts its store from the demos the run trained on"
         )
     settings = dict(inference_settings or {})
-    load_with_settings(start, settings)  # unusable settings fail here, before any output
+    if settings:  # unusable settings fail here, before any output
+        load_with_settings(start, settings)
     out_dir = Path(out) if out is not None else start / "improve"
     if (out_dir / "improve.json").exists() or (out_dir / STORE_NAME).exists():
         raise ConfigError(
