@@ -321,3 +321,79 @@ def test_tuned_inference_settings_run_every_rollout_and_evaluation(
     never = tmp_path / "never"
     argv = ["improve", str(bc_run), "--episodes", "2", "--inference-settings", str(settings)]
     assert main([*argv, "--out", str(never)]) == 2 and not never.exists()
+
+
+def test_retune_tunes_every_run_and_runs_its_recommendation(
+    bc_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import unilab.deploy.tune_inference as tuning
+
+    # The tiny policy never succeeds, so the guard would keep the defaults; recommend the
+    # choice here to see it travel (the guard itself: test below and tests/deploy).
+    monkeypatch.setattr(
+        tuning,
+        "recommend",
+        lambda chosen, defaults, chosen_arm, defaults_arm: {
+            "recommended": dict(chosen),
+            "recommendation": "the test's: always the choice",
+        },
+    )
+    out = tmp_path / "retuned"
+    argv = ["improve", str(bc_run), "--rounds", "2", "--episodes", "2", "--eval-episodes", "2"]
+    argv += ["--retune", "1", "--retune-episodes", "1", "--retune-compare-seeds", "1"]
+    argv += [
+        "--retune-space",
+        "n_act=2",
+        "--retune-space",
+        "flow_steps=2",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "algo.steps=2"]) == 0
+    report = json.loads((out / "improve.json").read_text())
+    want = {"n_act": 2, "flow_steps": 2}
+    assert report["retune"]["episodes_per_tuning"] == 3  # 1 bandit round + 2 arms x 1 seed
+    assert report["inference_settings"] == want  # the start's, from its own tuning
+    start_tune = json.loads((out / "tune_start.json").read_text())
+    assert start_tune["rounds"][0]["seed"] == 7 + 500
+    assert report["baseline"]["tune"]["recommended"] == want
+    assert report["baseline"]["eval"]["execution"]["inference_settings"] == want
+    for k, summary in enumerate(report["rounds"], start=1):
+        tune = json.loads((out / f"round_{k}" / "tune.json").read_text())
+        assert tune["source"].startswith(summary["run"])  # the round's own run was tuned
+        assert tune["rounds"][0]["seed"] == 7 + 1000 * k + 500
+        assert summary["tune"]["recommended"] == want == summary["inference_settings"]
+        execution = summary["eval"]["execution"]
+        assert (execution["n_act"], execution["flow_steps"]) == (2, 2)  # trained with 4 and 3
+        assert summary["rollouts"]["inference_settings"] == want  # the previous run's tuning
+
+
+def test_retune_keeps_the_defaults_unless_the_choice_beat_them(
+    bc_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "control"
+    argv = ["improve", str(bc_run), "--episodes", "0", "--eval-episodes", "2", "--out", str(out)]
+    argv += ["--retune", "1", "--retune-episodes", "2", "--retune-space", "n_act=2"]
+    assert main([*argv, "algo.steps=2"]) == 0
+    (summary,) = json.loads((out / "improve.json").read_text())["rounds"]
+    tune = summary["tune"]
+    assert tune["chosen"] == {"n_act": 2} and tune["defaults"] == {"n_act": 4}
+    beat = tune["chosen_success"] > tune["defaults_success"]
+    assert tune["recommended"] == (tune["chosen"] if beat else tune["defaults"])
+    assert summary["eval"]["execution"]["n_act"] == tune["recommended"]["n_act"]
+
+
+def test_retune_bad_budgets_are_refused_before_anything_is_written(
+    bc_run: Path, tmp_path: Path
+) -> None:
+    for extra in (
+        ["--retune", "0"],
+        ["--retune", "2", "--retune-space", "best_of_n=2"],  # no value heads to rank by
+        ["--retune", "2", "--retune-space", "speed=2"],
+        ["--retune-compare-seeds", "3"],  # without --retune
+    ):
+        never = tmp_path / "never"
+        assert main(["improve", str(bc_run), "--episodes", "2", "--out", str(never), *extra]) == 2
+        assert not never.exists(), extra

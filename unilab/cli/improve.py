@@ -62,6 +62,35 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "(e.g. n_act, ensemble_decay, flow_steps); default: the policy's own",
     )
     p.add_argument(
+        "--retune",
+        type=int,
+        default=None,
+        metavar="ROUNDS",
+        help="re-tune the inference settings of every run (the start's too unless "
+        "--inference-settings is given) with ROUNDS `tune-inference` rounds; each run's "
+        "evaluation and the next rollouts take the recommendation (default: off)",
+    )
+    p.add_argument(
+        "--retune-episodes",
+        type=int,
+        default=8,
+        help="episodes per tuner round with --retune (default 8)",
+    )
+    p.add_argument(
+        "--retune-compare-seeds",
+        type=int,
+        default=None,
+        help="fresh seeds per arm of the tuner's defaults-vs-choice check (default: --retune)",
+    )
+    p.add_argument(
+        "--retune-space",
+        action="append",
+        metavar="NAME=V1,V2",
+        help="one setting and its values for the tuner, repeatable (--retune-space n_act=2,4 "
+        "--retune-space flow_steps=2,10; default: every setting of its default space the "
+        "policy can use)",
+    )
+    p.add_argument(
         "--out",
         help="folder of the loop (store.zarr, round_<k>/, improve.json); default RUN/improve",
     )
@@ -76,6 +105,18 @@ def _run(args: argparse.Namespace) -> int:
     from unilab.workflows.improve import improve
 
     settings = read_settings(args.inference_settings) if args.inference_settings else None
+    budget = None
+    if args.retune is not None:
+        from unilab.deploy.tune_inference import TuneError, parse_space
+        from unilab.workflows.retune import RetuneBudget
+
+        try:
+            space = parse_space(args.retune_space) if args.retune_space else None
+        except TuneError as exc:
+            raise ConfigError(f"--retune-space: {exc}") from None
+        budget = RetuneBudget(args.retune, args.retune_episodes, args.retune_compare_seeds, space)
+    elif args.retune_space or args.retune_compare_seeds is not None:
+        raise ConfigError("--retune-space and --retune-compare-seeds need --retune ROUNDS")
     improve(
         Path(target),
         rounds=positive(args.rounds, "--rounds"),
@@ -91,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
         takeover_on_error=args.takeover_on_error,
         repeats=positive(args.repeats, "--repeats"),
         inference_settings=settings,
+        retune_budget=budget,
     )
     return 0
 

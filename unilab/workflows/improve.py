@@ -52,6 +52,13 @@ those settings (say n_act 2 with ensembling and 2 flow steps). The rollouts then
 the policy at its tuned best, and each round learns from that better behaviour (expert
 iteration with the tuner as the improvement operator); the control takes the same settings
 so the two stay comparable.
+
+With `retune` (`--retune ROUNDS`, `unilab.workflows.retune`) the settings follow the
+policy: the loop tunes the start (unless `inference_settings` are given) and every new run,
+writes the report (`tune_start.json`, `round_<k>/tune.json`), and executes that run's
+evaluation and the next round's rollouts with the tuner's recommendation. Settings tuned
+for one policy did not suit the next (stop 48); the control with `retune` is "more
+imitation, then tune".
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ from unilab.algos.awr_flow import INIT_ALGOS
 from unilab.config.compose import compose
 from unilab.config.errors import ConfigError
 from unilab.utils.atomic import atomic_write_text
+from unilab.workflows.retune import TUNE_SEED_OFFSET, RetuneBudget, check_retune_space, retune
 from unilab.workflows.rollout_store import (
     check_repeats,
     load_with_settings,
@@ -233,6 +241,7 @@ def improve(
     takeover_on_error: bool = False,
     repeats: int = 1,
     inference_settings: Mapping[str, Any] | None = None,
+    retune_budget: RetuneBudget | None = None,
     log: Callable[[str], None] = status,
 ) -> dict[str, Any]:
     """Run `rounds` improvement rounds from `run` (see the module doc); returns the report
@@ -240,7 +249,8 @@ def improve(
     0); rollouts of round k use seed `seed + 1000 k`, evaluation `eval_seed` every round
     (comparable); `takeover_after_s`, `takeover_on_error`: expert takeovers in the rollouts
     (see the module doc); `repeats`: tries per scene (see `record_rollouts`);
-    `inference_settings`: how every rollout and evaluation executes (see the module doc)."""
+    `inference_settings`: how every rollout and evaluation executes; `retune_budget`:
+    re-tune them for every run (see the module doc)."""
     if rounds < 1:
         raise ConfigError(f"--rounds={rounds} must be at least 1")
     if episodes < 0:
@@ -265,6 +275,8 @@ def improve(
     settings = dict(inference_settings or {})
     if settings:  # unusable settings fail here, before any output
         load_with_settings(start, settings)
+    if retune_budget is not None:
+        check_retune_space(start, retune_budget)
     out_dir = Path(out) if out is not None else start / "improve"
     if (out_dir / "improve.json").exists() or (out_dir / STORE_NAME).exists():
         raise ConfigError(
@@ -276,6 +288,12 @@ def improve(
     shutil.copytree(demos, store)
 
     t_start = time.perf_counter()
+    start_tune = None
+    if retune_budget is not None and not settings:
+        start_tune = retune(
+            start, out_dir / "tune_start.json", retune_budget, seed + TUNE_SEED_OFFSET, log
+        )
+        settings = dict(start_tune["recommended"])
     log(f"improve: evaluating the starting run {start} ({eval_episodes} episodes)")
     baseline = evaluate_run(start, eval_episodes, eval_seed, settings)
     log(f"round 0 (start): eval success {format_rate(baseline['success_rate'])}")
@@ -288,7 +306,8 @@ def improve(
         "takeover_on_error": takeover_on_error,
         "repeats": repeats,
         "inference_settings": settings,
-        "baseline": {"run": str(start), "eval": baseline},
+        "retune": None if retune_budget is None else retune_budget.to_dict(),
+        "baseline": {"run": str(start), "eval": baseline, "tune": start_tune},
         "rounds": [],
     }
     atomic_write_text(out_dir / "improve.json", json.dumps(report, indent=2) + "\n")
@@ -309,6 +328,7 @@ def improve(
                 repeats,
                 settings,
             )
+            rollouts["inference_settings"] = dict(settings)
         else:  # the control: what the same training does on the demonstrations alone
             rollouts = {"episodes": 0, "recorded_episodes": 0, "success_rate": None}
         frames = store_frames(store)
@@ -331,6 +351,11 @@ def improve(
         if result is None:  # only on a follower rank under torchrun; not a case here
             raise ConfigError("unilab improve trains in one process")
         trained = result.path
+        tuned = None
+        if retune_budget is not None:
+            tune_seed = seed + 1000 * k + TUNE_SEED_OFFSET
+            tuned = retune(trained, folder / "tune.json", retune_budget, tune_seed, log)
+            settings = dict(tuned["recommended"])
         log(f"round {k}/{rounds}: evaluating {trained} ({eval_episodes} episodes)")
         evaluation = evaluate_run(trained, eval_episodes, eval_seed, settings)
         stats = advantage_stats(trained)
@@ -340,6 +365,8 @@ def improve(
             "run": str(trained),
             "iteration": k - 1,
             "eval": evaluation,
+            "inference_settings": dict(settings),
+            "tune": tuned,
             "rollouts": rollouts,
             "store_frames": frames,
             "advantages": stats,
