@@ -11,6 +11,7 @@ from unilab.cli.play import (
     alert_arguments,
     alert_options,
     apply_flow_steps,
+    apply_inference_settings,
     execution_arguments,
     execution_options,
     load_target,
@@ -76,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     from unilab.deploy.sim_task import configs_for_policy
 
     target, overrides = split_items(args.items, "eval", "run directory or policy.onnx")
-    policy = load_target(target, "eval")
+    policy = apply_inference_settings(args, load_target(target, "eval"))
     apply_flow_steps(args, policy)
     seeds = parse_seeds(args.seeds)
     meta = policy.metadata

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unilab.cli.verb import Verb
 from unilab.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from unilab.deploy.inference_tuning import SettingValue
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_settings(path: str) -> dict[str, object]:
+def read_settings(path: str) -> dict[str, SettingValue]:
     """The inference settings in a tune report or a JSON object file; a ConfigError if not."""
     import json
 

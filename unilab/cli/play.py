@@ -40,6 +40,48 @@ def execution_arguments(p: argparse.ArgumentParser) -> None:
         help="flow VLAs loaded from a run: Euler steps per chunk (default: the K it was "
         "trained with; an exported policy.onnx keeps its own)",
     )
+    p.add_argument(
+        "--inference-settings",
+        metavar="FILE",
+        help="chunked policies: a `unilab tune-inference` report (its recommended settings) "
+        "or a JSON object {setting: value} (n_act, ensemble_decay, flow_steps, "
+        "noise_temperature, guidance_scale, best_of_n); instead of --n-act, "
+        "--ensemble-decay and --flow-steps",
+    )
+
+
+def apply_inference_settings(args: argparse.Namespace, policy: LoadedPolicy) -> LoadedPolicy:
+    """`policy` executing with `--inference-settings` (unchanged without it); settings the
+    policy cannot use, or the flags they replace given too, are a ConfigError."""
+    if not args.inference_settings:
+        return policy
+    given = [
+        flag
+        for flag, value in (
+            ("--n-act", args.n_act),
+            ("--ensemble-decay", args.ensemble_decay),
+            ("--flow-steps", args.flow_steps),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"--inference-settings sets how chunks execute; drop {', '.join(given)} (or put "
+            "the value in the settings file)"
+        )
+    if getattr(args, "alerts", False):
+        raise ConfigError("--alerts runs the policy at its own settings; drop --inference-settings")
+    from unilab.cli.export import read_settings
+    from unilab.deploy.tune_inference import TuneError, usable_space, with_settings
+
+    settings = read_settings(args.inference_settings)
+    try:
+        _, skipped = usable_space(policy.policy, {k: [v] for k, v in settings.items()})
+    except TuneError as exc:
+        raise ConfigError(f"--inference-settings {args.inference_settings}: {exc}") from None
+    if skipped:
+        raise ConfigError(f"--inference-settings {args.inference_settings}: {skipped}")
+    return with_settings(policy, settings)
 
 
 def apply_flow_steps(args: argparse.Namespace, policy: LoadedPolicy) -> None:
@@ -202,7 +244,7 @@ def _play_like(args: argparse.Namespace, verb: str, default_name: str, video: bo
         out = Path(args.out) if args.out else Path("runs") / EXPERT / task_name
         stem = "expert"
     else:
-        policy = load_target(target, verb)
+        policy = apply_inference_settings(args, load_target(target, verb))
         apply_flow_steps(args, policy)
         alerts = alert_options(args, policy)
         assert target is not None
