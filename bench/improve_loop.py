@@ -3,9 +3,10 @@ policy, and is it the rollouts that do it? (issue 16)
 
     unilab bench improve_loop --bases RUN0,RUN1,RUN2 [--arms takeover,demos,rollouts]
         [--rounds 2 --episodes 200 --eval-episodes 200 --takeover-after 5 --takeover-on-error]
-        --work DIR
+        [--retune 30 --retune-episodes 16 --retune-compare-seeds 10] --work DIR
         [--out PATH] [awr_flow key=value overrides, e.g. algo.steps=1500]
-    unilab bench improve_loop --from ARM=LOOP,LOOP,... [--from ARM=...] --out PATH
+    unilab bench improve_loop --from ARM=LOOP,LOOP,... [--from ARM=...]
+        [--tuned-final ARM=EVAL,EVAL,...] --out PATH
 
 Each base (a bc_flow run, one training seed each) goes through every arm, each one
 `unilab improve` loop (`unilab.workflows.improve`) from that base:
@@ -16,6 +17,9 @@ Each base (a bc_flow run, one training seed each) goes through every arm, each o
 - `rollouts`: the policy's own rollouts only (success-weighted, ADR 0123);
 - `scenes`: the policy's own rollouts, each scene tried `--repeats` times and every try
   judged against its scene's mean (`unilab improve --repeats`, ADR 0123);
+- `retuned`: the policy's own rollouts, with the inference settings re-tuned for every
+  run (`unilab improve --retune`): each evaluation and the next rollouts run at the
+  tuner's recommendation for that run;
 - `demos`: no rollouts (`--episodes 0`), the same awr_flow rounds on the demonstrations
   alone: the control that shows how much of a gain is only more training.
 
@@ -25,6 +29,12 @@ episodes the expert took over; overall per arm the mean success per round, the m
 gain over the start and the seeds it was positive on, and each arm's final success minus
 the `demos` control's per seed. `--from` summarizes loops that already ran (their
 `improve.json`). Writes JSON (`rows`, `ratios`) and a PNG of success per round.
+
+`final_tuned`: each loop's final policy at settings tuned for it, the fair bar for a loop
+that re-tunes ("more imitation, then tune"): a `retuned` loop's own final evaluation, and
+for the other arms an eval report given with `--tuned-final` (`unilab eval FINAL_RUN
+--episodes N --seeds 12345 --inference-settings TUNE_REPORT`, one per loop in `--from`
+order); the ratios then compare them per seed.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import numpy as np
 
 from unilab.bench.common import machine_info, print_table, write_json
 
-ARMS = ("takeover", "rollouts", "scenes", "demos")
+ARMS = ("takeover", "rollouts", "scenes", "retuned", "demos")
 CONTROL = "demos"
 
 
@@ -75,6 +85,8 @@ def loop_row(arm: str, report: dict[str, Any]) -> dict[str, Any]:
         "takeover_after_s": report.get("takeover_after_s"),
         "takeover_on_error": bool(report.get("takeover_on_error", False)),
         "loop": str(Path(report["store"]).parent),
+        "inference_settings": [r.get("inference_settings") for r in rounds],
+        "final_tuned": curve[-1] if report.get("retune") else None,
     }
 
 
@@ -95,6 +107,20 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             vs = [r["final_success"] - control[r["start"]]["final_success"] for r in mine]
             out[f"{arm}_minus_{CONTROL}_final"] = float(np.mean(vs))
             out[f"{arm}_seeds_above_{CONTROL}"] = int(sum(v > 0 for v in vs))
+            tuned = [
+                r["final_tuned"] - control[r["start"]]["final_tuned"]
+                for r in mine
+                if r["final_tuned"] is not None
+                and control[r["start"]].get("final_tuned") is not None
+            ]
+            if tuned:
+                out[f"{arm}_minus_{CONTROL}_final_tuned"] = float(np.mean(tuned))
+                out[f"{arm}_seeds_above_{CONTROL}_tuned"] = int(sum(v > 0 for v in tuned))
+                out[f"{arm}_tuned_pairs"] = len(tuned)
+    for arm, mine in by_arm.items():
+        finals = [r["final_tuned"] for r in mine if r.get("final_tuned") is not None]
+        if finals:
+            out[f"{arm}_mean_final_tuned"] = float(np.mean(finals))
     return out
 
 
@@ -108,6 +134,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         "takeover": "tab:green",
         "rollouts": "tab:orange",
         "scenes": "tab:red",
+        "retuned": "tab:purple",
         "demos": "tab:blue",
     }
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -119,6 +146,18 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if len({len(r["curve"]) for r in mine}) == 1:
             mean = np.mean([r["curve"] for r in mine], axis=0)
             ax.plot(range(len(mean)), mean, color=colour, lw=2.2, marker="o", label=arm)
+        tuned = [r["final_tuned"] for r in mine if r.get("final_tuned") is not None]
+        if arm != "retuned" and len(tuned) == len(mine):  # a retuned curve is tuned already
+            x = len(mine[0]["curve"]) - 1 + 0.08
+            ax.plot(
+                [x],
+                [np.mean(tuned)],
+                color=colour,
+                marker="*",
+                ms=12,
+                ls="none",
+                label=f"{arm}, final re-tuned",
+            )
     ax.set_xticks(range(max(len(r["curve"]) for r in rows)))
     ax.set_ylim(0.0, 1.0)  # the whole scale: round-to-round noise is about 0.04
     ax.set_xlabel("improvement round (0: the bc_flow start)")
@@ -147,6 +186,7 @@ def command(argv: list[str]) -> str:
 def run_arms(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """Run every arm from every base (interleaved by base); -> (arm, improve report)."""
     from unilab.workflows.improve import improve
+    from unilab.workflows.retune import RetuneBudget
 
     work = Path(args.work)
     reports = []
@@ -164,6 +204,11 @@ def run_arms(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
                 takeover_after_s=args.takeover_after if arm == "takeover" else None,
                 takeover_on_error=args.takeover_on_error and arm == "takeover",
                 repeats=args.repeats if arm == "scenes" else 1,
+                retune_budget=(
+                    RetuneBudget(args.retune, args.retune_episodes, args.retune_compare_seeds)
+                    if arm == "retuned"
+                    else None
+                ),
             )
             reports.append((arm, report))
     return reports
@@ -183,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         help="takeover arm: the expert also takes over at the policy's mistakes",
     )
     p.add_argument("--repeats", type=int, default=4, help="tries per scene (scenes arm)")
+    p.add_argument("--retune", type=int, default=30, help="tuner rounds per run (retuned arm)")
+    p.add_argument("--retune-episodes", type=int, default=16, help="episodes per tuner round")
+    p.add_argument("--retune-compare-seeds", type=int, default=10)
     p.add_argument("--work", help="folder for the loops (kept)")
     p.add_argument(
         "--from",
@@ -191,6 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="ARM=DIR,DIR",
         help="summarize loops that already ran (folders holding improve.json)",
+    )
+    p.add_argument(
+        "--tuned-final",
+        action="append",
+        default=[],
+        metavar="ARM=EVAL,EVAL",
+        help="eval reports of the arm's final policies at settings tuned for them, one per "
+        "--from loop of that arm, in order",
     )
     p.add_argument("--out", default="")
     p.add_argument("--note", action="append", default=[], help="a line for the JSON's notes")
@@ -212,10 +268,29 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
         reports = run_arms(args)
     rows = [loop_row(arm, report) for arm, report in reports]
+    for item in args.tuned_final:
+        arm, _, files = item.partition("=")
+        mine = [r for r in rows if r["arm"] == arm]
+        evals = files.split(",") if files else []
+        if not mine or len(evals) != len(mine):
+            p.error(f"--tuned-final {item!r}: give one eval report per {arm!r} loop ({len(mine)})")
+        for row, path in zip(mine, evals, strict=True):
+            report = json.loads(Path(path).read_text())
+            row["final_tuned"] = float(report["success_rate"])
+            row["final_tuned_eval"] = {"path": path, "execution": report.get("execution")}
     task = Path(rows[0]["start"]).parts[-3] if len(Path(rows[0]["start"]).parts) >= 3 else "?"
     out = Path(args.out or f"bench/results/improve_loop_{task}.json")
     print_table(
-        rows, ["arm", "start_success", "final_success", "gain", "taken_over", "mixed_scenes"]
+        rows,
+        [
+            "arm",
+            "start_success",
+            "final_success",
+            "gain",
+            "final_tuned",
+            "taken_over",
+            "mixed_scenes",
+        ],
     )
     ratios = summarize(rows)
     for key, value in ratios.items():
@@ -238,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                     "takeover_after",
                     "takeover_on_error",
                     "repeats",
+                    "retune",
+                    "retune_episodes",
+                    "retune_compare_seeds",
                     "overrides",
                 )
             },
