@@ -72,16 +72,13 @@ def apply_inference_settings(args: argparse.Namespace, policy: LoadedPolicy) -> 
     if getattr(args, "alerts", False):
         raise ConfigError("--alerts runs the policy at its own settings; drop --inference-settings")
     from unilab.cli.export import read_settings
-    from unilab.deploy.tune_inference import TuneError, usable_space, with_settings
+    from unilab.deploy.tune_inference import TuneError, with_checked_settings
 
     settings = read_settings(args.inference_settings)
     try:
-        _, skipped = usable_space(policy.policy, {k: [v] for k, v in settings.items()})
+        return with_checked_settings(policy, settings)
     except TuneError as exc:
         raise ConfigError(f"--inference-settings {args.inference_settings}: {exc}") from None
-    if skipped:
-        raise ConfigError(f"--inference-settings {args.inference_settings}: {skipped}")
-    return with_settings(policy, settings)
 
 
 def apply_flow_steps(args: argparse.Namespace, policy: LoadedPolicy) -> None:

@@ -274,6 +274,17 @@ def with_settings(policy: LoadedPolicy, settings: Mapping[str, SettingValue]) ->
     )
 
 
+def with_checked_settings(
+    policy: LoadedPolicy, settings: Mapping[str, SettingValue]
+) -> LoadedPolicy:
+    """`with_settings`, after checking that the policy can use every one of `settings`; a
+    TuneError saying why not (nothing is silently left out of a run)."""
+    _, skipped = usable_space(policy.policy, {k: [v] for k, v in settings.items()})
+    if skipped:
+        raise TuneError(f"{skipped}")
+    return with_settings(policy, settings)
+
+
 # -- the tuning loop ------------------------------------------------------------------------
 @dataclass
 class Arm:

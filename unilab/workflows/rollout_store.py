@@ -106,18 +106,15 @@ def load_with_settings(run: Path, settings: Mapping[str, Any] | None = None) -> 
     ...) it executes its chunks with them. A setting the policy cannot use is a
     ConfigError that says why (nothing is silently left out of a loop's rollouts)."""
     from unilab.deploy.policy_source import load_policy
-    from unilab.deploy.tune_inference import TuneError, usable_space, with_settings
+    from unilab.deploy.tune_inference import TuneError, with_checked_settings
 
     policy = load_policy(run)
     if not settings:
         return policy
     try:
-        _, skipped = usable_space(policy.policy, {k: [v] for k, v in settings.items()})
+        return with_checked_settings(policy, settings)
     except TuneError as exc:
         raise ConfigError(f"inference settings {dict(settings)} for {run}: {exc}") from None
-    if skipped:
-        raise ConfigError(f"inference settings {dict(settings)} for {run}: {skipped}")
-    return with_settings(policy, settings)
 
 
 def record_rollouts(
