@@ -63,3 +63,15 @@ def test_unusable_or_doubled_settings_are_refused(
     assert _eval(flow_run, settings, out) == 2
     assert "unknown inference settings ['speed']" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_alerts_run_beside_tuned_settings(tmp_path: Path) -> None:
+    run = vla_run(tmp_path / "runs", "algo.model.value_heads=true")
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"n_act": 2, "noise_temperature": 0.5}))
+    out = tmp_path / "alerts.json"
+    assert _eval(run, settings, out, "--alerts", "--alert-threshold", "1.0") == 0
+    report = json.loads(out.read_text())
+    assert report["execution"]["n_act"] == 2  # the tuned executor re-plans every 2 actions
+    # threshold 1.0: every failed episode is alerted, read through the tuned wrapper
+    assert report["alerts"]["alerted_episodes"] == report["alerts"]["failed_episodes"] > 0

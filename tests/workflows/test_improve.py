@@ -393,6 +393,7 @@ def test_retune_bad_budgets_are_refused_before_anything_is_written(
         ["--retune", "2", "--retune-space", "best_of_n=2"],  # no value heads to rank by
         ["--retune", "2", "--retune-space", "speed=2"],
         ["--retune-compare-seeds", "3"],  # without --retune
+        ["--retune-episodes", "4"],
     ):
         never = tmp_path / "never"
         assert main(["improve", str(bc_run), "--episodes", "2", "--out", str(never), *extra]) == 2

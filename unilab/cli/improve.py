@@ -73,7 +73,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retune-episodes",
         type=int,
-        default=8,
+        default=None,
         help="episodes per tuner round with --retune (default 8)",
     )
     p.add_argument(
@@ -114,9 +114,14 @@ def _run(args: argparse.Namespace) -> int:
             space = parse_space(args.retune_space) if args.retune_space else None
         except TuneError as exc:
             raise ConfigError(f"--retune-space: {exc}") from None
-        budget = RetuneBudget(args.retune, args.retune_episodes, args.retune_compare_seeds, space)
-    elif args.retune_space or args.retune_compare_seeds is not None:
-        raise ConfigError("--retune-space and --retune-compare-seeds need --retune ROUNDS")
+        episodes = 8 if args.retune_episodes is None else args.retune_episodes
+        budget = RetuneBudget(args.retune, episodes, args.retune_compare_seeds, space)
+    elif any(
+        v is not None for v in (args.retune_space, args.retune_episodes, args.retune_compare_seeds)
+    ):
+        raise ConfigError(
+            "--retune-space, --retune-episodes and --retune-compare-seeds need --retune ROUNDS"
+        )
     improve(
         Path(target),
         rounds=positive(args.rounds, "--rounds"),

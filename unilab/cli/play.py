@@ -69,8 +69,6 @@ def apply_inference_settings(args: argparse.Namespace, policy: LoadedPolicy) -> 
             f"--inference-settings sets how chunks execute; drop {', '.join(given)} (or put "
             "the value in the settings file)"
         )
-    if getattr(args, "alerts", False):
-        raise ConfigError("--alerts runs the policy at its own settings; drop --inference-settings")
     from unilab.cli.export import read_settings
     from unilab.deploy.tune_inference import TuneError, with_checked_settings
 
